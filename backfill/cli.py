@@ -1,0 +1,166 @@
+"""The `backfill` command: plan, run, demo (verify and diff come with their issue).
+
+Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+from rich.console import Console
+
+from backfill.errors import BackfillError, SpecError
+
+app = typer.Typer(help="Re-derive what a Kafka Streams application emitted, exactly, in PySpark batch jobs.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+err = Console(stderr=True)
+out = Console()
+
+JobArg = Annotated[Path, typer.Argument(help="The job YAML (see spec/job-spec.md).", show_default=False)]
+StartOpt = Annotated[Optional[str], typer.Option(
+    "--start", help="First window start to write: ISO-8601 instant or epoch ms (inclusive).")]
+EndOpt = Annotated[Optional[str], typer.Option(
+    "--end", help="End of the range by window start: ISO-8601 instant or epoch ms (exclusive).")]
+ProfileOpt = Annotated[Optional[str], typer.Option(
+    "--profile", help="Spark profile from conf/ (local, cluster); default $BACKFILL_PROFILE or local.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", help="spark (default) or reference (the record-at-a-time oracle; small inputs only).")]
+
+
+def parse_instant(text: str | None, option: str) -> int | None:
+    """An ISO-8601 instant or epoch milliseconds, as epoch ms."""
+    if text is None:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SpecError(f"{option} {text!r} is not an instant; use ISO-8601 (2024-01-01T00:00:00Z) "
+                        "or epoch milliseconds") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Map errors to exit codes with one line on stderr; never a traceback for a user error."""
+    try:
+        yield
+    except BackfillError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place that turns failures into exit codes
+        message = _spark_message(exc)
+        if os.environ.get("BACKFILL_DEBUG"):
+            traceback.print_exc()
+        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _spark_message(exc: Exception) -> str:
+    """First line of a Spark analysis error (a bad expression in the job), else an internal-error line."""
+    name = type(exc).__name__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if "AnalysisException" in name or "ParseException" in name or "PySparkValueError" in name:
+        return f"Spark rejected an expression of the job: {first}"
+    return f"internal error ({name}: {first}); rerun with BACKFILL_DEBUG=1 for the traceback and report it"
+
+
+@app.command()
+def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False) -> None:
+    """Show what a run would do: inputs, output range, warm-up and cool-down, operators, sinks. Reads no data."""
+    from backfill.plan.builder import build_plan
+    from backfill.plan.explainer import explain, plan_dict
+    from backfill.spec import load_job
+
+    with handled():
+        the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
+        if as_json:
+            print(json.dumps(plan_dict(the_plan), indent=2))
+        else:
+            out.print(explain(the_plan), highlight=False, soft_wrap=True)
+
+
+@app.command()
+def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False,
+        profile: ProfileOpt = None, engine: EngineOpt = "spark") -> None:
+    """Run the job: re-derive every operator's output for the range and publish it (Delta: replace the range)."""
+    with handled():
+        summary = execute(job, parse_instant(start, "--start"), parse_instant(end, "--end"), profile, engine,
+                          quiet=as_json)
+        if as_json:
+            print(json.dumps(summary, indent=2, default=str))
+        else:
+            from backfill.report import print_summary
+
+            print_summary(out, summary)
+
+
+def execute(job: Path, start: int | None, end: int | None, profile: str | None, engine: str,
+            quiet: bool = False) -> dict[str, Any]:
+    """Load, plan and run a job; return the summary as a dict."""
+    from backfill.plan.builder import build_plan
+    from backfill.spec import load_job
+
+    the_plan = build_plan(load_job(job), start, end)
+    if engine == "reference":
+        from backfill.reference.engine import run_reference
+
+        return run_reference(the_plan).to_dict()
+    if engine != "spark":
+        raise SpecError(f"--engine {engine!r} is not an engine; use spark or reference")
+    from backfill.plan.evaluator import run_plan
+    from backfill.session import get_spark
+
+    with err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
+        spark = get_spark(profile)
+
+        def progress(stage: str) -> None:
+            if status is not None:
+                status.update(stage)
+            elif not quiet:
+                err.print(f"[dim]- {stage}[/]", highlight=False)
+
+        return run_plan(the_plan, spark, progress).to_dict()
+
+
+@contextmanager
+def _nullctx() -> Iterator[None]:
+    yield None
+
+
+@app.command()
+def demo(profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+    """Generate the bundled click sample (2 partitions, a few percent late records) and run jobs/demo.yaml."""
+    from backfill.demo import run_demo
+
+    with handled():
+        run_demo(out, err, profile=profile, as_json=as_json)
+
+
+@app.command()
+def verify(job: JobArg) -> None:
+    """Reconcile the backfill's output with the streaming application's real output (not implemented yet)."""
+    with handled():
+        raise SpecError("backfill verify is not implemented yet (issue: Verify); use backfill run and compare")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

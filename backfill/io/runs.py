@@ -1,0 +1,40 @@
+"""The runs table: one manifest row per run (job, range, input versions, counts, duration, code version)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def code_version() -> str:
+    """Package version plus the git commit of the checkout, when there is one."""
+    from backfill import __version__
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"{__version__}+{sha}" if sha else __version__
+
+
+def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_file: str) -> None:
+    """Append the run manifest to the runs Delta table at `location`."""
+    from backfill.io.delta import append_delta
+
+    row = {
+        "run_id": summary["run_id"], "job": summary["job"], "job_file": job_file,
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(), "range_start": summary["start"],
+        "range_end": summary["end"], "records_in": summary["records_in"], "duration_s": summary["duration_s"],
+        "inputs": json.dumps(summary["inputs"]), "outputs": json.dumps(summary["sinks"]),
+        "counts": json.dumps({k: summary[k] for k in ("records_read", "records_processed", "beyond_range",
+                                                      "source_drops", "operators", "ledger")}),
+        "code_version": code_version(),
+    }
+    schema = ("run_id string, job string, job_file string, finished_at string, range_start long, range_end long, "
+              "records_in long, duration_s double, inputs string, outputs string, counts string, code_version string")
+    append_delta(spark, spark.createDataFrame([row], schema), location, metadata={"backfill.run_id": row["run_id"]})

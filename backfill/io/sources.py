@@ -1,0 +1,175 @@
+"""Sources -> records: topic, partition, offset, key, value, timestamp, headers (job-spec.md "Records").
+
+Every source yields the same columns, plus `source`, `source_rank` (declaration order: the documented
+tie-break of the task order) and `_problem` (why a record is unreadable, else null).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from backfill.errors import NotImplementedYet, SourceError
+from backfill.io.schemas import load_value_schema
+from backfill.spec.load import Job
+from backfill.spec.models import SourceSpec
+
+HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
+                                         T.StructField("value", T.BinaryType())]))
+KEY_TYPES: dict[str, T.DataType] = {"string": T.StringType(), "json": T.StringType(),
+                                    "long": T.LongType(), "bytes": T.BinaryType()}
+JSONL_SCHEMA = T.StructType([
+    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()), T.StructField("key", T.StringType()),
+    T.StructField("value", T.StringType()), T.StructField("timestamp", T.LongType()),
+    T.StructField("headers", T.MapType(T.StringType(), T.StringType())), T.StructField("seq", T.LongType()),
+])
+CORRUPT = "_corrupt_record"
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """Records of one source and what was read (for the plan and the run manifest)."""
+
+    name: str
+    records: DataFrame
+    location: str
+    version: int | None = None
+
+
+def read_source(spark: SparkSession, job: Job, name: str, rank: int) -> SourceRead:
+    """Read one source of the job as canonical records."""
+    spec = job.spec.sources[name]
+    if spec.format == "kafka":
+        raise NotImplementedYet(f"{job.path}: sources.{name}.format: kafka is not implemented yet "
+                                "(it comes with the Kafka source issue); archive the topic to Delta or JSONL")
+    location = job.resolve(spec.path or "")
+    if not os.path.exists(location):
+        raise SourceError(f"sources.{name}.path: {location} does not exist; paths are relative to {job.path.name}")
+    raw, version = _read_raw(spark, spec, location)
+    raw = _map_columns(raw, spec, name, location)
+    records = _canonical(raw, spec, name, rank, job)
+    return SourceRead(name=name, records=records, location=location, version=version)
+
+
+def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[DataFrame, int | None]:
+    if spec.format == "jsonl":
+        lines = spark.read.text(location).withColumnRenamed("value", "_line")
+        parsed = F.from_json("_line", _with_corrupt(JSONL_SCHEMA),
+                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        df = lines.where(F.trim("_line") != "").select(parsed.alias("r"), "_line")
+        names = [f.name for f in JSONL_SCHEMA.fields]
+        return df.select(*[F.col(f"r.{c}").alias(c) for c in names],
+                         F.when(F.col(f"r.{CORRUPT}").isNotNull() | F.col("r").isNull(), F.col("_line")).alias(CORRUPT)
+                         ), None
+    if spec.format == "parquet":
+        return spark.read.parquet(location), None
+    from backfill.io.delta import read_delta, table_version
+
+    version = spec.version if spec.version is not None else table_version(location)
+    return read_delta(spark, location, version=spec.version), version
+
+
+def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> DataFrame:
+    for record_col, table_col in spec.columns.items():
+        if table_col not in df.columns:
+            raise SourceError(f"sources.{name}.columns.{record_col}: column {table_col!r} is not in {location} "
+                              f"(columns: {', '.join(df.columns)})")
+        df = df.withColumnRenamed(table_col, f"__{record_col}")
+    for record_col in spec.columns:
+        df = df.withColumnRenamed(f"__{record_col}", record_col)
+    required = ["partition", "offset", "value", "timestamp"] + (["seq"] if spec.order_by else [])
+    missing = [c for c in required if c not in df.columns and not (c == "seq" and spec.order_by in df.columns)]
+    if missing:
+        raise SourceError(f"sources.{name}: {location} has no {missing[0]!r} column; map it with "
+                          f"`columns: {{{missing[0]}: <table column>}}` (columns: {', '.join(df.columns)})")
+    return df
+
+
+def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) -> DataFrame:
+    problem = F.lit(None).cast("string")
+    if CORRUPT in df.columns:
+        problem = F.when(F.col(CORRUPT).isNotNull(), F.lit("unreadable record: not a JSON record"))
+    problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
+                                         F.lit("unreadable record: no partition or offset")))
+    key, key_problem = _key(df, spec)
+    value, value_problem = _value(df, spec, job)
+    seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
+    out = df.select(
+        F.lit(name).alias("source"), F.lit(rank).cast("int").alias("source_rank"),
+        (F.col("topic").cast("string") if "topic" in df.columns else F.lit(None).cast("string")).alias("_topic"),
+        F.col("partition").cast("int").alias("partition"), F.col("offset").cast("long").alias("offset"),
+        key.alias("key"), value.alias("value"), _millis(df.schema["timestamp"].dataType, "timestamp").alias("timestamp"),
+        _headers(df).alias("headers"),
+        (F.col(seq_col).cast("long") if spec.order_by else F.lit(None).cast("long")).alias("seq"),
+        F.coalesce(problem, key_problem, value_problem).alias("_problem"),
+    )
+    topic = F.coalesce(F.col("_topic"), F.lit(spec.topic or name))
+    return out.withColumn("topic", topic).drop("_topic").select(
+        "source", "source_rank", "topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq", "_problem")
+
+
+def _millis(dtype: T.DataType, col: str) -> Column:
+    """Kafka record timestamp as long epoch ms, whether stored as long or as a timestamp."""
+    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        return F.unix_millis(F.col(col).cast("timestamp"))
+    return F.col(col).cast("long")
+
+
+def _key(df: DataFrame, spec: SourceSpec) -> tuple[Column, Column]:
+    if "key" not in df.columns:
+        return F.lit(None).cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
+    raw = F.col("key")
+    dtype = df.schema["key"].dataType
+    if isinstance(dtype, T.BinaryType) and spec.key.format != "bytes":
+        raw = raw.cast("string")
+    if spec.key.format == "long":
+        parsed = F.expr("try_cast(key AS bigint)") if not isinstance(dtype, T.BinaryType) else raw.try_cast("long")
+        return parsed, F.when(raw.isNotNull() & parsed.isNull(), F.lit("unreadable key: not a long"))
+    return raw.cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
+
+
+def _value(df: DataFrame, spec: SourceSpec, job: Job) -> tuple[Column, Column]:
+    dtype = df.schema["value"].dataType
+    none = F.lit(None).cast("string")
+    if spec.value.format == "string" or isinstance(dtype, T.StructType):
+        if isinstance(dtype, T.StructType) and spec.value.format == "string":
+            return F.to_json("value"), none
+        return (F.col("value").cast("string") if not isinstance(dtype, T.StructType) else F.col("value")), none
+    text = F.col("value").cast("string")
+    if spec.value.schema_:
+        schema = load_value_schema(job.resolve(spec.value.schema_))
+    else:
+        schema = _infer_schema(df, text)
+    parsed = F.from_json(text, _with_corrupt(schema),
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    fields = [f.name for f in schema.fields if f.name != CORRUPT]
+    value = F.when(text.isNull(), F.lit(None)).otherwise(F.struct(*[parsed[f].alias(f) for f in fields]))
+    bad = F.when(text.isNotNull() & (parsed.isNull() | parsed[CORRUPT].isNotNull()),
+                 F.lit("unreadable value: not a JSON object matching the value schema"))
+    return value, bad
+
+
+def _with_corrupt(schema: T.StructType) -> T.StructType:
+    """A copy of `schema` with the corrupt-record column (StructType.add mutates in place)."""
+    return T.StructType([*schema.fields, T.StructField(CORRUPT, T.StringType())])
+
+
+def _infer_schema(df: DataFrame, text: Column) -> T.StructType:
+    """Without value.schema, infer the JSON value schema from the data (one extra pass)."""
+    sample = df.select(text.alias("v")).where("v IS NOT NULL")
+    inferred = df.sparkSession.read.json(sample.rdd.map(lambda r: r.v)).schema
+    return T.StructType([f for f in inferred.fields if f.name != CORRUPT])
+
+
+def _headers(df: DataFrame) -> Column:
+    if "headers" not in df.columns:
+        return F.lit(None).cast(HEADERS_TYPE)
+    dtype = df.schema["headers"].dataType
+    if isinstance(dtype, T.MapType):  # JSONL: {"name": "text"}
+        return F.transform(F.map_entries("headers"), lambda e: F.struct(
+            e["key"].alias("key"), e["value"].cast("binary").alias("value"))).cast(HEADERS_TYPE)
+    return F.col("headers").cast(HEADERS_TYPE)

@@ -1,0 +1,45 @@
+"""The dropped-records ledger (DESIGN.md decision 4): every record not contributing says why."""
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+LEDGER_SCHEMA = T.StructType([
+    T.StructField("source", T.StringType()), T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
+    T.StructField("key", T.StringType()), T.StructField("timestamp", T.LongType()),
+    T.StructField("operator", T.StringType()), T.StructField("reason", T.StringType()),
+    T.StructField("detail", T.StringType()), T.StructField("stream_time", T.LongType()),
+    T.StructField("window_start", T.LongType()), T.StructField("window_end", T.LongType()),
+    T.StructField("range_time", T.LongType()),
+])
+
+# reasons (job-spec.md "Outputs"; documented in docs/ledger.md)
+INVALID_TIMESTAMP = "invalid_timestamp"
+UNREADABLE = "unreadable"
+NULL_KEY = "null_key"
+LATE = "late"
+BEYOND_RANGE = "beyond_range"
+
+
+def ledger_rows(df: DataFrame, *, reason: Column | str, operator: str | None = None,
+                timestamp: Column | None = None, detail: Column | None = None,
+                stream_time: Column | None = None, window_start: Column | None = None,
+                window_end: Column | None = None, range_time: Column | None = None) -> DataFrame:
+    """Project records (or record x window pairs) onto the ledger schema."""
+    def lit_or(col: Column | str | None, dtype: str) -> Column:
+        if col is None:
+            return F.lit(None).cast(dtype)
+        return F.lit(col) if isinstance(col, str) else col
+
+    key = F.col("key")
+    key_text = F.hex(key) if isinstance(df.schema["key"].dataType, T.BinaryType) else key.cast("string")
+    return df.select(
+        F.col("source"), F.col("topic"), F.col("partition"), F.col("offset"), key_text.alias("key"),
+        (timestamp if timestamp is not None else F.col("ts")).cast("long").alias("timestamp"),
+        lit_or(operator, "string").alias("operator"), lit_or(reason, "string").alias("reason"),
+        lit_or(detail, "string").alias("detail"), lit_or(stream_time, "long").alias("stream_time"),
+        lit_or(window_start, "long").alias("window_start"), lit_or(window_end, "long").alias("window_end"),
+        lit_or(range_time, "long").alias("range_time"),
+    )

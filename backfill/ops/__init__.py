@@ -1,0 +1,1 @@
+"""Operators: window definitions and assignment, aggregate, join, rules."""

@@ -1,0 +1,98 @@
+"""Aggregation expressions of a job, as Spark columns (job-spec.md: count(), sum, ..., ordered fold)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from sqlglot import exp
+
+from backfill.errors import SpecError
+from backfill.spec.models import Aggregation, FoldAggregation
+
+RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
+_ORDER_SENSITIVE = re.compile(
+    r"\b(first|last|first_value|last_value|collect_list|array_agg|listagg|string_agg|max_by|min_by|any_value|"
+    r"nth_value|try_reduce)\s*\(", re.IGNORECASE)
+_EMPTY_COUNT = re.compile(r"\bcount\s*\(\s*\)", re.IGNORECASE)
+
+
+def normalize_count(sql: str) -> str:
+    """`count()` (job-spec shorthand, counts every record incl. null values) -> `count(1)`."""
+    return _EMPTY_COUNT.sub("count(1)", sql)
+
+
+@dataclass(frozen=True)
+class CompiledAggregation:
+    """One output column: a Spark aggregate expression, or an ordered fold."""
+
+    name: str
+    sql: str | None = None
+    init: str | None = None
+    step: str | None = None
+
+    @property
+    def is_fold(self) -> bool:
+        """True for {fold: {init, step}}."""
+        return self.step is not None
+
+    @property
+    def order_sensitive(self) -> bool:
+        """True when the result depends on processing order (fold, first, last, collect_list, ...)."""
+        return self.is_fold or bool(_ORDER_SENSITIVE.search(self.sql or ""))
+
+    def aggregate(self) -> Column:
+        """The aggregate column (for groupBy or a window); folds use fold_over()."""
+        assert self.sql is not None
+        return F.expr(self.sql)
+
+    def fold_over(self, records_sql: str) -> Column:
+        """Fold over an SQL array of record structs already in processing order."""
+        return F.expr(f"aggregate({records_sql}, {self.init}, (acc, __r) -> {self.step})")
+
+
+def compile_aggregations(aggs: dict[str, Aggregation], where: str) -> list[CompiledAggregation]:
+    """Validate and compile the `aggregations:` mapping of one operator."""
+    out = []
+    for name, agg in aggs.items():
+        path = f"{where}.aggregations.{name}"
+        if isinstance(agg, FoldAggregation):
+            if agg.fold.merge is not None:
+                raise SpecError(f"{path}.fold.merge: only session windows take a merge expression")
+            out.append(CompiledAggregation(name, init=_parse(agg.fold.init, f"{path}.fold.init"),
+                                           step=record_scope(agg.fold.step, f"{path}.fold.step")))
+        else:
+            out.append(CompiledAggregation(name, sql=_parse(normalize_count(agg), path)))
+    return out
+
+
+def _parse(sql: str, path: str) -> str:
+    try:
+        sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        first = str(exc).splitlines()[0]
+        raise SpecError(f"{path}: {sql!r} is not a Spark SQL expression ({first})") from None
+    return sql
+
+
+def record_scope(step: str, path: str) -> str:
+    """Rewrite a fold step so record columns read from the lambda variable `__r` (acc stays acc)."""
+    try:
+        tree = sqlglot.parse_one(step, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        raise SpecError(f"{path}: {step!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
+
+    def scoped(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column):
+            return node
+        parts = [p.name for p in node.parts]
+        if parts[0] == "acc":
+            return node
+        if parts[0] not in RECORD_COLUMNS:
+            raise SpecError(f"{path}: {parts[0]!r} is not in scope; a fold step sees acc and "
+                            f"{', '.join(RECORD_COLUMNS)}")
+        return exp.Dot.build([exp.column("__r"), *[exp.to_identifier(p) for p in parts]])
+
+    return tree.transform(scoped).sql(dialect="spark")

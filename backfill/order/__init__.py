@@ -1,0 +1,1 @@
+"""Processing order: tasks, merge keys, sequence numbers and stream time (kafka-streams.md 2)."""

@@ -1,0 +1,80 @@
+"""Build the plan: sources, operators, output range, warm-up and cool-down (DESIGN.md "Boundaries")."""
+from __future__ import annotations
+
+from backfill.errors import SpecError
+from backfill.plan.definition import OperatorPlan, Plan, SourcePlan
+from backfill.spec.durations import format_duration
+from backfill.spec.load import Job
+from backfill.spec.models import OperatorSpec
+
+
+def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Plan:
+    """Decide what a run of `job` over outputs with window start in [start, end) reads and writes."""
+    if start is not None and end is not None and start >= end:
+        raise SpecError(f"--start {start} is not before --end {end}; the range is [start, end)")
+    operators = tuple(_operator_plan(job, op, start, end) for op in job.spec.operators)
+    sources = tuple(_source_plan(job, name, rank, operators, start, end)
+                    for rank, name in enumerate(job.spec.sources))
+    notes = []
+    unused = [s.name for s in sources if not any(s.name in op.inputs for op in operators)]
+    if unused:
+        notes.append(f"sources not read by any operator (skipped): {', '.join(unused)}")
+    sinks = job.spec.sinks
+    return Plan(job=job, start=start, end=end, sources=sources, operators=operators,
+                ledger_sink=job.resolve(sinks["_ledger"].path) if "_ledger" in sinks else None,
+                runs_sink=_runs_location(job), notes=tuple(notes))
+
+
+def _runs_location(job: Job) -> str:
+    sinks = job.spec.sinks
+    if "_runs" in sinks:
+        return job.resolve(sinks["_runs"].path)
+    if "_ledger" in sinks and sinks["_ledger"].format == "delta":
+        return job.resolve(sinks["_ledger"].path).rstrip("/") + "_runs"
+    return str(job.base / ".backfill" / job.spec.name / "runs")
+
+
+def _operator_plan(job: Job, op: OperatorSpec, start: int | None, end: int | None) -> OperatorPlan:
+    sink = job.resolve(job.spec.sinks[op.name].path) if op.name in job.spec.sinks else None
+    if op.aggregate is None:
+        assert op.join is not None
+        w = op.join.window
+        return OperatorPlan(name=op.name, kind="join", inputs=tuple(op.inputs), emit="updates", sink=sink,
+                            window=f"join before {format_duration(w.before)} after {format_duration(w.after)}",
+                            implemented=False, not_implemented_reason="stream-stream joins are not implemented yet")
+    spec = op.aggregate
+    w = spec.window
+    if w.type in ("sliding", "session"):
+        return OperatorPlan(name=op.name, kind="aggregate", inputs=(spec.input,), window=w.type, emit=spec.emit,
+                            sink=sink, implemented=False,
+                            not_implemented_reason=f"{w.type} windows are not implemented yet")
+    size, advance, grace = w.size_ms, w.advance_ms, w.grace_ms
+    text = (f"{w.type} size {format_duration(size)}" + (f" advance {format_duration(advance)}" if w.type == "hopping"
+                                                        else "") + f" grace {format_duration(grace)}")
+    why = []
+    if start is not None:
+        why.append(f"warm-up: records with timestamp >= {start} are read; an older record cannot fall into a window "
+                   "starting at or after --start, nor raise stream time above a record that does")
+    last_start = close = None
+    if end is not None:
+        last_start = (end - 1) // advance * advance
+        close = last_start + size + grace
+        why.append(f"cool-down: windows up to start {last_start} close when stream time reaches {close} "
+                   f"(start + size + grace); each partition is processed up to its first record at or after it")
+    return OperatorPlan(name=op.name, kind="aggregate", inputs=(spec.input,), window=text, emit=spec.emit,
+                        sink=sink, warmup_ms=0, cooldown_ms=size + grace, last_window_start=last_start,
+                        close_time=close, why=tuple(why))
+
+
+def _source_plan(job: Job, name: str, rank: int, operators: tuple[OperatorPlan, ...],
+                 start: int | None, end: int | None) -> SourcePlan:
+    spec = job.spec.sources[name]
+    readers = [op for op in operators if name in op.inputs]
+    closes = [op.close_time for op in readers if op.close_time is not None]
+    ts = "record timestamp" if spec.timestamp.extractor == "record" else f"value field {spec.timestamp.field}"
+    location = job.resolve(spec.path) if spec.path else f"kafka {spec.kafka.topic if spec.kafka else ''}"
+    return SourcePlan(name=name, format=spec.format, location=location, rank=rank, timestamp=ts,
+                      on_invalid=spec.timestamp.on_invalid,
+                      order=f"recorded order ({spec.order_by})" if spec.order_by else "flow control (merge by head timestamp)",
+                      read_from=start if readers else None,
+                      read_until=max(closes) if closes and end is not None else None)

@@ -1,0 +1,313 @@
+"""Execute a plan on Spark: read, extract timestamps, order, run operators, check, publish, record the run."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill import __version__
+from backfill.errors import BackfillError, NotImplementedYet, PublishError, SourceError
+from backfill.io.sinks import write_output
+from backfill.io.sources import read_source
+from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
+from backfill.ops.aggregate import AggregateResult, aggregate, reaches
+from backfill.ops.windows import TimeWindows
+from backfill.order.tasks import order_records
+from backfill.plan.definition import Plan
+from backfill.spec.models import OperatorSpec
+from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class OperatorCounts:
+    """Conservation of one operator: in = contributing + dropped (by reason)."""
+
+    records_in: int = 0
+    contributing: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    late_pairs: int = 0
+    outputs: int = 0
+    incomplete_windows: int = 0
+
+    @property
+    def balanced(self) -> bool:
+        """records_in == contributing + every dropped record."""
+        return self.records_in == self.contributing + sum(self.dropped.values())
+
+
+@dataclass
+class RunSummary:
+    """What a run did, printed at the end and appended to the runs table."""
+
+    run_id: str
+    job: str
+    start: int | None
+    end: int | None
+    records_read: dict[str, int] = field(default_factory=dict)
+    records_processed: dict[str, int] = field(default_factory=dict)
+    beyond_range: dict[str, int] = field(default_factory=dict)
+    source_drops: dict[str, dict[str, int]] = field(default_factory=dict)
+    operators: dict[str, OperatorCounts] = field(default_factory=dict)
+    ledger: dict[str, int] = field(default_factory=dict)
+    ledger_rows: int = 0
+    inputs: dict[str, Any] = field(default_factory=dict)
+    sinks: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+    code_version: str = __version__
+
+    @property
+    def records_in(self) -> int:
+        """All records read from every source."""
+        return sum(self.records_read.values())
+
+    @property
+    def records_per_s(self) -> float:
+        """Throughput over the whole run."""
+        return self.records_in / self.duration_s if self.duration_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the --json output)."""
+        out = asdict(self)
+        out["records_in"] = self.records_in
+        out["records_per_s"] = round(self.records_per_s, 1)
+        return out
+
+
+def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: None) -> RunSummary:
+    """Run every operator of the plan and publish its outputs; raise BackfillError on any failed check."""
+    for op in plan.operators:
+        if not op.implemented:
+            raise NotImplementedYet(f"{plan.job.path}: operators.{op.name}: {op.not_implemented_reason}; "
+                                    "remove it from the job or wait for its issue")
+    started = time.time()
+    summary = RunSummary(run_id=uuid.uuid4().hex[:12], job=plan.job.spec.name, start=plan.start, end=plan.end)
+    progress("reading sources")
+    records = _read_all(plan, spark, summary)
+    progress("ordering records per task")
+    ops = plan.job.spec.operators
+    st_cols = {_st(i): reaches(op) for i, op in enumerate(ops)}
+    ordered = order_records(records, st_cols, given_order=_given_order(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        progress("checking records")
+        _record_stats(plan, ordered, summary)
+        processed = _cut_cooldown(plan, ordered)
+        progress("aggregating")
+        results = {op.name: aggregate(op, processed, _st(i)) for i, op in enumerate(ops)}
+        ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
+        _check_ledger(ledger, summary)
+        progress("publishing")
+        _publish(plan, spark, results, ledger, summary)
+        ledger.unpersist()
+    finally:
+        ordered.unpersist()
+    summary.duration_s = round(time.time() - started, 3)
+    _append_manifest(plan, spark, summary)
+    return summary
+
+
+def _st(i: int) -> str:
+    return f"_st_{i}"
+
+
+def _given_order(plan: Plan) -> bool:
+    specs = plan.job.spec.sources
+    given = {name for name in specs if specs[name].order_by}
+    if given and given != set(specs):
+        raise SourceError(f"sources: order_by is set on {', '.join(sorted(given))} but not on the others; "
+                          "a recorded order must cover every source of the job")
+    return bool(given)
+
+
+def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame:
+    frames = []
+    for sp in plan.sources:
+        spec = plan.job.spec.sources[sp.name]
+        read = read_source(spark, plan.job, sp.name, sp.rank)
+        summary.inputs[sp.name] = {"format": sp.format, "location": read.location, "version": read.version}
+        df = extract(read.records, spec.timestamp, sp.name)
+        if spec.on_error == "fail":
+            df = df.withColumn("_fatal", F.coalesce(F.col("_fatal"), F.col("_problem")))
+        frames.append(df)
+    records = functools.reduce(DataFrame.unionByName, frames)
+    if plan.start is not None:  # warm-up bound; records without a timestamp stay for the ledger
+        records = records.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
+    return records
+
+
+def _window_counts(op: OperatorSpec, st: str) -> dict[str, Column]:
+    """Per-record arithmetic of the windows a record falls into and the late ones (no explode needed)."""
+    assert op.aggregate is not None
+    w = TimeWindows.of(op.aggregate.window)
+    first, last = w.first_start("ts"), w.last_start("ts")
+    threshold = F.col(st) - F.lit(w.grace + w.size)  # window late iff start <= ST - G - S
+    late = F.when(threshold < first, F.lit(0)).otherwise(
+        F.floor((F.least(last, threshold) - first) / F.lit(w.advance)) + 1)
+    return {"late": late, "contributing": late < (last - first) / F.lit(w.advance) + 1}
+
+
+def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
+    """One pass of counts: per source and drop reason, per operator; fail on a fatal record."""
+    cols: list[Column] = [F.count(F.lit(1)).alias("n"),
+                          F.count(F.when(_beyond(plan), 1)).alias("beyond")]
+    for i, op in enumerate(plan.job.spec.operators):
+        mine = (F.col("source") == op.inputs[0]) & F.col("_drop").isNull() & ~_beyond(plan)
+        wc = _window_counts(op, _st(i))
+        reach = mine & F.col("key").isNotNull()
+        cols += [F.count(F.when(mine, 1)).alias(f"in_{i}"),
+                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(f"nullkey_{i}"),
+                 F.count(F.when(reach & wc["contributing"], 1)).alias(f"contrib_{i}"),
+                 F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}")]
+    rows = ordered.groupBy("source", "_drop", "_fatal").agg(*cols).collect()
+    fatal = [r for r in rows if r["_fatal"] is not None]
+    if fatal:
+        _raise_fatal(ordered)
+    for r in rows:
+        src = r["source"]
+        summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
+        summary.beyond_range[src] = summary.beyond_range.get(src, 0) + r["beyond"]
+        if r["_drop"] is not None:
+            reason = UNREADABLE if r["_drop"].startswith("unreadable") else INVALID_TIMESTAMP
+            drops = summary.source_drops.setdefault(src, {})
+            drops[reason] = drops.get(reason, 0) + r["n"]
+    for src in summary.records_read:
+        summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
+            sum(summary.source_drops.get(src, {}).values())
+    for i, op in enumerate(plan.job.spec.operators):
+        counts = OperatorCounts()
+        for r in rows:
+            counts.records_in += r[f"in_{i}"]
+            counts.contributing += r[f"contrib_{i}"]
+            counts.late_pairs += int(r[f"late_{i}"] or 0)
+            counts.dropped["null_key"] = counts.dropped.get("null_key", 0) + r[f"nullkey_{i}"]
+        counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
+        summary.operators[op.name] = counts
+
+
+def _raise_fatal(ordered: DataFrame) -> None:
+    first = (ordered.where(F.col("_fatal").isNotNull())
+             .orderBy("source_rank", "partition", "offset").select(
+                 "source", "topic", "partition", "offset", "_fatal", "_raw_ts", "_problem").first())
+    assert first is not None
+    where = f"sources.{first['source']}: record {first['topic']}/{first['partition']}@{first['offset']}"
+    if first["_fatal"] == INVALID:
+        raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}); Kafka Streams' default "
+                          "extractor fails here too: set timestamp.on_invalid: skip or partition_time")
+    if first["_fatal"] == NO_PARTITION_TIME:
+        raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}) and no earlier valid record in its "
+                          "partition, so on_invalid: partition_time fails (as Kafka Streams does); use skip")
+    raise SourceError(f"{where} is unreadable ({first['_problem']}); fix the data or set on_error: skip "
+                      "to send such records to the ledger")
+
+
+def _beyond(plan: Plan) -> Column:
+    """Records after their partition's first record at/after the cool-down bound: never processed."""
+    conds = [(F.col("source") == s.name) & (F.col("_pmax_before") >= F.lit(s.read_until))
+             for s in plan.sources if s.read_until is not None]
+    return functools.reduce(lambda a, b: a | b, conds) if conds else F.lit(False)
+
+
+def _cut_cooldown(plan: Plan, ordered: DataFrame) -> DataFrame:
+    return ordered.where(~_beyond(plan))
+
+
+def _in_range(plan: Plan, col: str) -> Column:
+    value = F.coalesce(F.col(col), F.lit(-1))
+    cond = F.lit(True)
+    if plan.start is not None:
+        cond = cond & (value >= F.lit(plan.start))
+    if plan.end is not None:
+        cond = cond & (value < F.lit(plan.end))
+    return cond
+
+
+def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult]) -> DataFrame:
+    dropped = processed.where(F.col("_drop").isNotNull())
+    reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)).otherwise(F.lit(INVALID_TIMESTAMP))
+    source_rows = ledger_rows(dropped, reason=reason, detail=F.col("_problem"), timestamp=F.col("_raw_ts"),
+                              stream_time=F.col("_pmax"), range_time=F.col("_pmax"))
+    return functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
+
+
+def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
+    """Cross-check: the late ledger rows equal the late (record, window) pairs counted per record."""
+    rows = ledger.groupBy("operator", "reason").count().collect()
+    for r in rows:
+        summary.ledger[r["reason"]] = summary.ledger.get(r["reason"], 0) + r["count"]
+    for name, counts in summary.operators.items():
+        late_rows = sum(r["count"] for r in rows if r["operator"] == name and r["reason"] == "late")
+        if late_rows != counts.late_pairs or not counts.balanced:
+            raise PublishError(f"operators.{name}: conservation check failed (late ledger rows {late_rows}, "
+                               f"late pairs {counts.late_pairs}, in {counts.records_in}, contributing "
+                               f"{counts.contributing}, dropped {counts.dropped}); nothing was published")
+
+
+def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult], ledger: DataFrame,
+             summary: RunSummary) -> None:
+    hook = _fault_hook
+    for op in plan.operators:
+        result = results[op.name]
+        output = result.output.where(_in_range(plan, "window_start"))
+        if result.incomplete is not None:
+            summary.operators[op.name].incomplete_windows = result.incomplete.where(
+                _in_range(plan, "window_start")).count()
+        if op.sink is None:
+            summary.operators[op.name].outputs = output.count()
+            continue
+        sink = plan.job.spec.sinks[op.name]
+        if plan.job.spec.operator(op.name).aggregate.emit == "final":  # type: ignore[union-attr]
+            _check_unique(output, op.name)
+        written = write_output(spark, output, sink.format, op.sink, column="window_start", start=plan.start,
+                               end=plan.end, metadata=_commit_metadata(plan, summary, op.name), before_commit=hook)
+        summary.operators[op.name].outputs = written["rows"]
+        summary.sinks[op.name] = written
+    in_range = ledger.where(_in_range(plan, "range_time"))
+    summary.ledger_rows = in_range.count()
+    if plan.ledger_sink:
+        sink = plan.job.spec.sinks["_ledger"]
+        summary.sinks["_ledger"] = write_output(
+            spark, in_range, sink.format, plan.ledger_sink, column="range_time", start=plan.start, end=plan.end,
+            metadata=_commit_metadata(plan, summary, "_ledger"), before_commit=hook)
+
+
+def _check_unique(output: DataFrame, name: str) -> None:
+    dupes = output.groupBy("key", "window_start").count().where("count > 1").limit(1).collect()
+    if dupes:
+        d = dupes[0]
+        raise PublishError(f"operators.{name}: final output has {d['count']} rows for key {d['key']!r} window "
+                           f"{d['window_start']} (the key occurs in several partitions, so several tasks kept a "
+                           "window for it); nothing was published")
+
+
+def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:
+    return {"backfill.job": plan.job.spec.name, "backfill.run_id": summary.run_id, "backfill.output": what,
+            "backfill.range": json.dumps([plan.start, plan.end])}
+
+
+def _fault_hook() -> None:
+    """Test hook: BACKFILL_FAULT=before_commit kills the process right before a commit."""
+    if os.environ.get("BACKFILL_FAULT") == "before_commit":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _append_manifest(plan: Plan, spark: SparkSession, summary: RunSummary) -> None:
+    from backfill.io.runs import append_run
+
+    try:
+        append_run(spark, plan.runs_sink, summary.to_dict(), job_file=str(plan.job.path))
+    except BackfillError:
+        raise
+    except Exception as exc:  # the outputs are published; say so rather than hide the manifest failure
+        raise PublishError(f"{plan.runs_sink}: outputs were published but the run manifest could not be "
+                           f"appended ({exc})") from None

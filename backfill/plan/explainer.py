@@ -1,0 +1,43 @@
+"""Show a plan: as text for people, as a dict for --json."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict
+from typing import Any
+
+from backfill.plan.definition import Plan
+
+
+def instant(ms: int | None) -> str:
+    """Epoch ms as ISO-8601 UTC (or 'unbounded')."""
+    if ms is None:
+        return "unbounded"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON-ready data."""
+    return {"job": plan.job.spec.name, "file": str(plan.job.path), "start": plan.start, "end": plan.end,
+            "sources": [asdict(s) for s in plan.sources], "operators": [asdict(o) for o in plan.operators],
+            "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes)}
+
+
+def explain(plan: Plan) -> str:
+    """A few lines a person reads before running: inputs, range, operators, warm-up and cool-down."""
+    lines = [f"job {plan.job.spec.name} ({plan.job.path})",
+             f"outputs: window start in [{instant(plan.start)}, {instant(plan.end)})"]
+    for s in plan.sources:
+        bounds = ""
+        if s.read_from is not None or s.read_until is not None:
+            bounds = f"; event time from {instant(s.read_from)} until the first record per partition at/after " \
+                     f"{instant(s.read_until)}"
+        lines.append(f"source {s.name}: {s.format} {s.location}; timestamp = {s.timestamp} "
+                     f"(invalid: {s.on_invalid}); order = {s.order}{bounds}")
+    for o in plan.operators:
+        state = "" if o.implemented else f"  [NOT IMPLEMENTED: {o.not_implemented_reason}]"
+        lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; "
+                     f"tasks = input partitions -> {o.sink or '(no sink: counted only)'}{state}")
+        lines.extend(f"  {why}" for why in o.why)
+    lines.append(f"ledger -> {plan.ledger_sink or '(no _ledger sink: counted only)'}; runs -> {plan.runs_sink}")
+    lines.extend(f"note: {n}" for n in plan.notes)
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""Durations as integer milliseconds: `500ms`, `30s`, `5m`, `24h`, `1d` (job-spec.md "Durations")."""
+from __future__ import annotations
+
+import re
+
+UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h|d)\s*$")
+HINT = "use an integer with a unit, e.g. 5m, 30s, 500ms, 24h, 1d"
+
+
+def parse_duration(text: object) -> int:
+    """Parse a duration to milliseconds; raise ValueError with a one-line hint."""
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise ValueError(f"{text!r} is not a duration; {HINT}")
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; {HINT}")
+    return int(match.group(1)) * UNITS_MS[match.group(2)]
+
+
+def format_duration(ms: int) -> str:
+    """Render milliseconds with the largest exact unit (300000 -> '5m')."""
+    for unit in ("d", "h", "m", "s"):
+        if ms and ms % UNITS_MS[unit] == 0:
+            return f"{ms // UNITS_MS[unit]}{unit}"
+    return f"{ms}ms"

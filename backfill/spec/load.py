@@ -1,0 +1,97 @@
+"""Load a job file: YAML -> JobSpec, with one-line errors naming the file, the field path and the fix."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from backfill.errors import SpecError
+from backfill.spec.models import JobSpec
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated job and the folder its relative paths are resolved against."""
+
+    spec: JobSpec
+    path: Path
+
+    @property
+    def base(self) -> Path:
+        """Folder of the job file (paths in a job are relative to it)."""
+        return self.path.parent
+
+    def resolve(self, relative: str) -> str:
+        """Absolute path of a path written in the job file."""
+        return str((self.base / relative).resolve())
+
+
+def load_job(path: str | Path) -> Job:
+    """Read and validate a job file; raise SpecError with one clear line."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"{file}: no such job file; pass the path of a job YAML (e.g. jobs/demo.yaml)")
+    try:
+        raw = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{file}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{file}: a job is a YAML mapping with name, sources, operators, sinks")
+    try:
+        spec = JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        raise SpecError(f"{file}: {describe(errors[0])}") from None
+    return Job(spec=spec, path=file.resolve())
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """('operators', 0, 'aggregate', 'window') -> 'operators[0].aggregate.window'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "FoldAggregation", "function-before[parse_duration(), int]"):
+            continue  # union member tags are not part of the user's path
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def describe(error: dict[str, Any]) -> str:
+    """One line for one pydantic error: `path: "value" problem; what is allowed`."""
+    path = field_path(tuple(error["loc"]))
+    kind, msg, value = error["type"], error["msg"], error.get("input")
+    shown = _show(value)
+    if kind == "value_error" and msg.startswith("Value error, @"):
+        # validators name the precise sub-field as "@sub.path: text"
+        sub, text = msg.removeprefix("Value error, @").split(": ", 1)
+        joined = sub if path == "(top level)" else f"{path}.{sub}" if not sub.startswith("[") else path + sub
+        return f"{joined}: {text}"
+    if kind == "missing":
+        return f"{path}: is required"
+    if kind == "extra_forbidden":
+        return f"{path}: unknown field; check the spelling against spec/job-spec.md"
+    if kind == "literal_error":
+        allowed = msg.split("Input should be ", 1)[-1].replace("'", "")
+        return f"{path}: {shown} is not allowed; use {allowed}"
+    if kind == "value_error":
+        return f"{path}: {msg.removeprefix('Value error, ')}"
+    return f"{path}: {shown} is invalid ({msg})"
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) or value is None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if _scalar(value):
+        return repr(value)
+    return type(value).__name__

@@ -1,0 +1,275 @@
+"""Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from backfill.spec.durations import parse_duration
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+LEGACY_GRACE = "legacy"
+DAY_MS = 86_400_000
+
+
+class Strict(BaseModel):
+    """Base: unknown fields are errors (a typo must never be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KeySpec(Strict):
+    format: Literal["string", "json", "long", "bytes"] = "string"
+
+
+class ValueSpec(Strict):
+    format: Literal["json", "string"] = "string"
+    schema_: str | None = Field(default=None, alias="schema")
+
+    @model_validator(mode="after")
+    def _schema_needs_json(self) -> ValueSpec:
+        if self.schema_ is not None and self.format != "json":
+            raise ValueError("@schema: is only allowed with format: json")
+        return self
+
+
+class TimestampSpec(Strict):
+    extractor: Literal["record", "field"] = "record"
+    field: str | None = None
+    on_invalid: Literal["fail", "skip", "partition_time"] = "fail"
+
+    @model_validator(mode="after")
+    def _field_with_field_extractor(self) -> TimestampSpec:
+        if self.extractor == "field" and not self.field:
+            raise ValueError("@field: is required with extractor: field (the value field holding epoch ms, e.g. field: ts)")
+        if self.extractor == "record" and self.field:
+            raise ValueError("@field: is only used with extractor: field")
+        return self
+
+
+class KafkaSpec(Strict):
+    bootstrap: str
+    topic: str
+    start: dict[str, int] | str | int | None = None
+    end: dict[str, int] | str | int | None = None
+
+
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq")
+
+
+class SourceSpec(Strict):
+    format: Literal["delta", "parquet", "jsonl", "kafka"]
+    path: str | None = None
+    version: int | None = None
+    kafka: KafkaSpec | None = None
+    topic: str | None = None
+    partitions: int | None = Field(default=None, gt=0)
+    key: KeySpec = KeySpec()
+    value: ValueSpec = ValueSpec()
+    timestamp: TimestampSpec = TimestampSpec()
+    order_by: str | None = None
+    columns: dict[str, str] = {}
+    on_error: Literal["fail", "skip"] = "fail"
+
+    @field_validator("columns")
+    @classmethod
+    def _known_columns(cls, columns: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(columns) - set(RECORD_COLUMNS))
+        if unknown:
+            raise ValueError(f"unknown record column {unknown[0]!r}; map one of {', '.join(RECORD_COLUMNS)}")
+        return columns
+
+    @model_validator(mode="after")
+    def _location(self) -> SourceSpec:
+        if self.format == "kafka" and self.kafka is None:
+            raise ValueError("@kafka: is required with format: kafka, e.g. {bootstrap: 127.0.0.1:9092, topic: clicks}")
+        if self.format != "kafka" and not self.path:
+            raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
+        if self.version is not None and self.format != "delta":
+            raise ValueError("@version: a Delta snapshot version is only allowed with format: delta")
+        return self
+
+
+class WindowSpec(Strict):
+    type: Literal["tumbling", "hopping", "sliding", "session"]
+    size: Duration | None = None
+    advance: Duration | None = None
+    grace: int | Literal["legacy"] | None = None
+    time_difference: Duration | None = None
+    gap: Duration | None = None
+
+    @field_validator("grace", mode="before")
+    @classmethod
+    def _grace(cls, value: Any) -> Any:
+        return value if value == LEGACY_GRACE else parse_duration(value)
+
+    @model_validator(mode="after")
+    def _shape(self) -> WindowSpec:
+        allowed = {"tumbling": {"size", "grace"}, "hopping": {"size", "advance", "grace"},
+                   "sliding": {"time_difference", "grace"}, "session": {"gap", "grace"}}[self.type]
+        given = {f for f in ("size", "advance", "time_difference", "gap") if getattr(self, f) is not None}
+        extra = sorted(given - allowed)
+        if extra:
+            raise ValueError(f"@{extra[0]}: is not a field of a {self.type} window; it takes {', '.join(sorted(allowed))}")
+        for name in sorted(allowed - {"grace"}):
+            if getattr(self, name) is None:
+                raise ValueError(f"@{name}: is required for a {self.type} window (e.g. {name}: 5m)")
+        if self.grace is None:
+            raise ValueError("@grace: is required (Kafka Streams 4 has no default): give e.g. 30s, 0ms for none, "
+                             "or `legacy` for the pre-3.0 default of 24h minus the window size")
+        _check_window_values(self)
+        return self
+
+    @property
+    def size_ms(self) -> int:
+        """Window size S (tumbling/hopping)."""
+        return int(self.size or 0)
+
+    @property
+    def advance_ms(self) -> int:
+        """Advance A; tumbling windows advance by their size."""
+        return int(self.advance if self.advance is not None else self.size or 0)
+
+    @property
+    def grace_ms(self) -> int:
+        """Grace G; `legacy` is the deprecated default max(24h - size, 0) (kafka-streams.md 3.1)."""
+        if self.grace == LEGACY_GRACE:
+            extent = self.size or self.gap or self.time_difference or 0
+            return max(DAY_MS - extent, 0)
+        return int(self.grace or 0)
+
+
+def _check_window_values(w: WindowSpec) -> None:
+    """TimeWindows/SlidingWindows/SessionWindows constructor rules (kafka-streams.md 3.1-3.3)."""
+    if w.type in ("tumbling", "hopping"):
+        if w.size_ms <= 0:
+            raise ValueError(f"@size: must be > 0, got {w.size_ms}ms")
+        if not 0 < w.advance_ms <= w.size_ms:
+            raise ValueError(f"@advance: must be > 0 and <= size ({w.size_ms}ms), got {w.advance_ms}ms")
+    if w.type == "sliding" and (w.time_difference or 0) <= 0:
+        raise ValueError("@time_difference: must be > 0 (0 would build windows with start == end)")
+    if w.type == "session" and (w.gap or 0) <= 0:
+        raise ValueError("@gap: must be > 0")
+    if w.grace != LEGACY_GRACE and int(w.grace or 0) < 0:
+        raise ValueError(f"@grace: must be >= 0, got {w.grace}ms")
+
+
+class FoldSpec(Strict):
+    init: str
+    step: str
+    merge: str | None = None
+
+
+class FoldAggregation(Strict):
+    fold: FoldSpec
+
+
+Aggregation = str | FoldAggregation
+
+
+class AggregateSpec(Strict):
+    input: str
+    group_by: str | None = None
+    window: WindowSpec
+    aggregations: dict[str, Aggregation] = Field(min_length=1)
+    emit: Literal["updates", "final"] = "updates"
+
+    @field_validator("aggregations")
+    @classmethod
+    def _names(cls, aggs: dict[str, Aggregation]) -> dict[str, Aggregation]:
+        reserved = {"key", "window_start", "window_end", "ts", "emit_seq", "task"}
+        for name in aggs:
+            if name in reserved or not name.isidentifier():
+                raise ValueError(f"aggregation name {name!r} is reserved or not an identifier; "
+                                 f"use letters, digits and _ and none of {', '.join(sorted(reserved))}")
+        return aggs
+
+
+class JoinWindowSpec(Strict):
+    before: Duration
+    after: Duration
+    grace: Duration | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> JoinWindowSpec:
+        if self.before + self.after < 0:
+            raise ValueError("@before: before + after must be >= 0 (either side may be negative, not both)")
+        if self.grace is not None and self.grace < 0:
+            raise ValueError("@grace: must be >= 0")
+        return self
+
+
+class JoinSpec(Strict):
+    left: str
+    right: str
+    how: Literal["inner", "left", "outer"] = "inner"
+    window: JoinWindowSpec
+    eager: bool = False
+    value: str
+
+    @model_validator(mode="after")
+    def _grace(self) -> JoinSpec:
+        if self.window.grace is None and not self.eager:
+            raise ValueError("@window.grace: is required unless eager: true (then it defaults as JoinWindows.of did)")
+        return self
+
+
+class OperatorSpec(Strict):
+    name: str
+    aggregate: AggregateSpec | None = None
+    join: JoinSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> OperatorSpec:
+        kinds = [k for k in ("aggregate", "join") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("an operator has `name` and exactly one of: aggregate, join")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """Operator kind: aggregate or join."""
+        return "aggregate" if self.aggregate is not None else "join"
+
+    @property
+    def inputs(self) -> list[str]:
+        """Names of the sources this operator reads."""
+        if self.aggregate is not None:
+            return [self.aggregate.input]
+        assert self.join is not None
+        return [self.join.left, self.join.right]
+
+
+class SinkSpec(Strict):
+    format: Literal["delta", "parquet", "jsonl"]
+    path: str
+
+
+class JobSpec(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    semantics: Literal["kafka-streams", "flink"] = "kafka-streams"
+    sources: dict[str, SourceSpec] = Field(min_length=1)
+    operators: list[OperatorSpec] = Field(min_length=1)
+    sinks: dict[str, SinkSpec] = {}
+
+    @model_validator(mode="after")
+    def _references(self) -> JobSpec:
+        names = [op.name for op in self.operators]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"@operators: operator name {dupes[0]!r} is used twice; operator names must be unique")
+        for i, op in enumerate(self.operators):
+            for src in op.inputs:
+                if src not in self.sources:
+                    raise ValueError(f"@operators[{i}].{op.kind}: reads {src!r}, which is not a source; "
+                                     f"sources are: {', '.join(self.sources)}")
+        allowed = set(names) | {"_ledger", "_runs"}
+        for sink in self.sinks:
+            if sink not in allowed:
+                raise ValueError(f"@sinks.{sink}: no operator of that name; sinks are named after an operator, "
+                                 f"_ledger or _runs ({', '.join(sorted(allowed))})")
+        return self
+
+    def operator(self, name: str) -> OperatorSpec:
+        """The operator called `name`."""
+        return next(op for op in self.operators if op.name == name)

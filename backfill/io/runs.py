@@ -23,7 +23,7 @@ def code_version() -> str:
 
 
 def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_file: str) -> None:
-    """Append the run manifest to the runs Delta table at `location`."""
+    """Append the run manifest to the runs Delta table at `location` (or a .jsonl file)."""
     from backfill.io.delta import append_delta
 
     row = {
@@ -35,6 +35,11 @@ def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_
                                                       "source_drops", "operators", "ledger")}),
         "code_version": code_version(),
     }
+    if location.endswith(".jsonl"):  # a plain file of manifests, one per line
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        with open(location, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        return
     schema = ("run_id string, job string, job_file string, finished_at string, range_start long, range_end long, "
               "records_in long, duration_s double, inputs string, outputs string, counts string, code_version string")
     append_delta(spark, spark.createDataFrame([row], schema), location, metadata={"backfill.run_id": row["run_id"]})

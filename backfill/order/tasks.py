@@ -38,7 +38,8 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     df = df.withColumn("_pmax_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
     order = task_window(given_order)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    df = df.withColumn("seq", F.row_number().over(order).cast("long"))
+    # seq counts the records the task processes (dropped ones are never polled), this one included
+    df = df.withColumn("seq", F.count(F.when(F.col("_drop").isNull(), 1)).over(running).cast("long"))
     for name, reaches in stream_times.items():
         df = df.withColumn(name, F.max(F.when(reaches, F.col("ts"))).over(running))
     return df

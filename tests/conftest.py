@@ -1,0 +1,48 @@
+"""Shared fixtures: one SparkSession per test run (local[2], UTC, small shuffles), job-file helpers."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The test run's SparkSession (built from conf/local.yaml, with test-sized shuffles)."""
+    from backfill.session import get_spark
+
+    session = get_spark("local")
+    session.conf.set("spark.sql.shuffle.partitions", "4")
+    yield session
+    session.stop()
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """Write records as JSONL (one object per line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL sink file (missing -> empty)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def examples(prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The Kafka Streams test vectors of ../shared/semantics, by id."""
+    cases = json.loads((SHARED / "semantics" / "kafka-streams-examples.json").read_text())
+    return {c["id"]: c for c in cases if c["id"].startswith(prefix)}

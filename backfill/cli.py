@@ -142,6 +142,40 @@ def _nullctx() -> Iterator[None]:
 
 
 @app.command()
+def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None,
+            engine: EngineOpt = "spark",
+            limit: Annotated[int, typer.Option("--limit", help="Rows to show (0: all).")] = 50,
+            as_json: JsonOpt = False) -> None:
+    """Show the processing order per task: task, seq, record, timestamp and each operator's stream time."""
+    from backfill.plan.builder import build_plan
+    from backfill.spec import load_job
+
+    with handled():
+        the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
+        if engine == "reference":
+            from backfill.reference.engine import run_reference
+
+            order = run_reference(the_plan).order
+            rows = [r for task in sorted(order) for r in order[task]]
+        else:
+            from backfill.plan.evaluator import ordered_records
+            from backfill.session import get_spark
+
+            df = ordered_records(the_plan, get_spark(profile)).orderBy("task", "seq")
+            rows = [r.asDict() for r in (df.limit(limit).collect() if limit else df.collect())]
+        rows = rows[:limit] if limit else rows
+        if as_json:
+            print("\n".join(json.dumps(r, default=str) for r in rows))
+            return
+        from rich.table import Table
+
+        table = Table(*(rows[0].keys() if rows else ["(no records)"]), box=None)
+        for r in rows:
+            table.add_row(*[str(v) for v in r.values()])
+        out.print(table)
+
+
+@app.command()
 def demo(profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Generate the bundled click sample (2 partitions, a few percent late records) and run jobs/demo.yaml."""
     from backfill.demo import run_demo

@@ -117,6 +117,17 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     return summary
 
 
+def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
+    """The records each task processes, in order, with every operator's stream time (for `inspect`)."""
+    summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
+    records = _read_all(plan, spark, summary)
+    ops = plan.job.spec.operators
+    ordered = order_records(records, {_st(i): reaches(op) for i, op in enumerate(ops)}, _given_order(plan))
+    kept = _cut_cooldown(plan, ordered).where(F.col("_drop").isNull())
+    return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
+                       *[F.col(_st(i)).alias(f"stream_time_{op.name}") for i, op in enumerate(ops)])
+
+
 def _st(i: int) -> str:
     return f"_st_{i}"
 
@@ -205,8 +216,9 @@ def _raise_fatal(ordered: DataFrame) -> None:
         raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}); Kafka Streams' default "
                           "extractor fails here too: set timestamp.on_invalid: skip or partition_time")
     if first["_fatal"] == NO_PARTITION_TIME:
-        raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}) and no earlier valid record in its "
-                          "partition, so on_invalid: partition_time fails (as Kafka Streams does); use skip")
+        raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}) and no partition time yet (no "
+                          "earlier valid record in its partition): on_invalid: partition_time fails here, as Kafka "
+                          "Streams does; use skip")
     raise SourceError(f"{where} is unreadable ({first['_problem']}); fix the data or set on_error: skip "
                       "to send such records to the ledger")
 

@@ -32,7 +32,7 @@ class ReferenceResult:
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     incomplete: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     ledger: list[dict[str, Any]] = field(default_factory=list)
-    order: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    order: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     records_read: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
 
@@ -235,10 +235,13 @@ def _run_task(plan: Plan, task: int, queues: list[Queue], result: ReferenceResul
     order = result.order.setdefault(task, [])
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
         seq += 1
-        order.append((rec["source"], rec["partition"], rec["offset"]))
         for op in plan.job.spec.operators:
             if queue.source in op.inputs:
                 ops[op.name].process(rec, seq)
+        order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
+                      "offset": rec["offset"], "key": rec["key"], "ts": rec["ts"],
+                      **{f"stream_time_{name}": agg.stream_time if agg.stream_time >= 0 else None
+                         for name, agg in ops.items()}})
     for agg in ops.values():
         agg.finish()
 

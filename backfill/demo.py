@@ -1,0 +1,273 @@
+"""`backfill demo`: generate a Kafka-archive click sample, run jobs/demo.yaml on it, explain what was dropped."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import shutil
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+import backfill
+from backfill.errors import SpecError
+from backfill.spec.durations import format_duration
+from backfill.spec.models import WindowSpec
+
+TOPIC = "clicks"
+START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+USERS = [f"user-{i:03d}" for i in range(1, 51)]
+PAGES = ("/home", "/search", "/product", "/cart", "/login")  # distinct second letters for the `pages` fold
+PAGE_WEIGHTS = (40, 25, 20, 10, 5)
+LATE_SHARE = 0.03  # share of records produced with an older timestamp (stragglers)
+AMOUNT_SHARE = 0.3  # clicks that carry a purchase amount; the rest have amount null
+NULL_KEYS = 3  # a producer bug: a few records without a key (Kafka Streams drops them: null_key)
+
+WORK_DIR = "demo-output"
+SOURCE = "data/bronze/clicks"
+LEDGER = "data/ledger/clicks"
+GOLD = "data/gold"
+EXAMPLES = 5
+
+ARCHIVE_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.string()),
+    ("value", pa.string()), ("timestamp", pa.int64()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+
+# ----------------------------------------------------------------------------- the sample
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """A stable key -> partition map (crc32), so one key always lands in one partition like a producer's."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+def _user_weights() -> list[float]:
+    """Zipf-like popularity: a few heavy users, a long tail."""
+    return [1 / (rank + 1) ** 0.9 for rank in range(len(USERS))]
+
+
+def _delay_ms(rng: random.Random) -> int:
+    """How far behind its partition a straggler is: mostly seconds, sometimes minutes (a phone back online)."""
+    r = rng.random()
+    if r < 0.7:
+        return rng.randint(5_000, 30_000)
+    if r < 0.95:
+        return rng.randint(30_000, 90_000)
+    return rng.randint(90_000, 240_000)
+
+
+def _value(rng: random.Random, user: str, ts: int) -> str:
+    """The click as JSON (schemas/click.json)."""
+    page = rng.choices(PAGES, PAGE_WEIGHTS)[0]
+    amount = round(rng.uniform(1, 200), 2) if rng.random() < AMOUNT_SHARE else None
+    return json.dumps({"user": user, "page": page, "amount": amount, "ts": ts})
+
+
+def _clicks(n: int, partitions: int, seed: int) -> tuple[dict[str, list[Any]], list[int]]:
+    """The records column-wise, in production order, and the delays injected (ms)."""
+    rng = random.Random(seed)
+    weights = _user_weights()
+    no_key = set(rng.sample(range(n), min(NULL_KEYS, n)))
+    cols: dict[str, list[Any]] = {name: [] for name in ARCHIVE_SCHEMA.names}
+    offsets, partition_time = [0] * partitions, [START_MS] * partitions
+    clock, delays = START_MS, []
+    for i in range(n):
+        clock += rng.randint(100, 300)  # one producer: a click every 100-300 ms
+        user = rng.choices(USERS, weights)[0]
+        key = None if i in no_key else user
+        # keyless records go to any partition (a producer's sticky partitioner)
+        part = rng.randrange(partitions) if key is None else partition_for(key, partitions)
+        ts = clock
+        if rng.random() < LATE_SHARE:
+            delay = _delay_ms(rng)
+            if partition_time[part] - delay >= START_MS:  # no straggler from before the sample starts
+                ts = partition_time[part] - delay
+                delays.append(delay)
+        partition_time[part] = max(partition_time[part], ts)
+        for name, value in (("topic", TOPIC), ("partition", part), ("offset", offsets[part]), ("key", key),
+                            ("value", _value(rng, user, ts)), ("timestamp", ts), ("headers", None)):
+            cols[name].append(value)
+        offsets[part] += 1
+    return cols, delays
+
+
+def generate_clicks(path: str, n: int = 20_000, partitions: int = 2, seed: int = 7) -> dict[str, Any]:
+    """Write a deterministic click sample as a Kafka-archive Delta table at `path`; return what it holds."""
+    from deltalake import write_deltalake
+
+    cols, delays = _clicks(n, partitions, seed)
+    write_deltalake(path, pa.table(cols, schema=ARCHIVE_SCHEMA), mode="overwrite")
+    per_partition = Counter(cols["partition"])
+    stamps = cols["timestamp"]
+    return {
+        "path": path, "records": n, "seed": seed, "users": len(set(k for k in cols["key"] if k)),
+        "partitions": {p: per_partition[p] for p in range(partitions)},
+        "null_keys": sum(k is None for k in cols["key"]), "late_injected": len(delays),
+        "late_delay_ms": {"min": min(delays, default=0), "max": max(delays, default=0)},
+        "start_ms": min(stamps), "end_ms": max(stamps), "span_s": round((max(stamps) - min(stamps)) / 1000, 1),
+    }
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> None:
+    """Generate the sample under ./demo-output if missing, run the demo job, print the summary and the drops."""
+    from backfill.cli import execute
+    from backfill.report import print_summary
+
+    work = Path.cwd() / WORK_DIR
+    sample = None
+    if not (work / SOURCE / "_delta_log").is_dir():
+        sample = generate_clicks(str(work / SOURCE))
+        if not as_json:
+            err.print(f"[dim]generated {sample['records']:,} clicks ({sample['late_injected']} late, "
+                      f"{sample['null_keys']} without key) in {WORK_DIR}/{SOURCE}[/]", highlight=False)
+    job = install_job(work)
+    summary = execute(job, None, None, profile, "spark", quiet=as_json)
+    ledger = _read_delta(work / LEDGER).to_pylist()
+    windows = _windows(job)
+    if as_json:
+        print(json.dumps({"sample": sample, "summary": summary, "ledger": _reason_counts(ledger),
+                          "late_examples": _examples(ledger, windows), "outputs": _outputs(summary)},
+                         indent=2, default=str))
+        return
+    print_summary(out, summary)
+    explain_drops(out, summary, ledger, windows)
+
+
+def install_job(work: Path) -> Path:
+    """Copy jobs/demo.yaml and schemas/click.json into `work` (same layout, so relative paths hold)."""
+    repo = Path(backfill.__file__).resolve().parent.parent
+    for rel in ("jobs/demo.yaml", "schemas/click.json"):
+        if not (repo / rel).is_file():
+            raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
+                            "install backfill with `pip install -e` from a clone")
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(repo / rel, work / rel)  # always the bundled version: the demo is reproducible
+    return work / "jobs" / "demo.yaml"
+
+
+def _read_delta(path: Path) -> pa.Table:
+    """A small Delta table, whole (the ledger)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).to_pyarrow_table()
+
+
+def _windows(job: Path) -> dict[str, WindowSpec]:
+    """The window of each aggregate operator of the job, to say when its windows closed."""
+    from backfill.spec import load_job
+
+    spec = load_job(job).spec
+    return {op.name: op.aggregate.window for op in spec.operators if op.aggregate is not None}
+
+
+# ----------------------------------------------------------------------------- explaining the drops
+
+REASONS = {
+    "late": "its window had closed: stream time >= window end + grace",
+    "null_key": "no key, nothing to group by (Kafka Streams skips it)",
+    "invalid_timestamp": "no valid timestamp (on_invalid: skip)",
+}
+
+
+def _reason_counts(ledger: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Ledger rows per operator and reason."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in ledger:
+        per_op = counts.setdefault(row["operator"] or "(source)", {})
+        per_op[row["reason"]] = per_op.get(row["reason"], 0) + 1
+    return counts
+
+
+def _examples(ledger: list[dict[str, Any]], windows: dict[str, WindowSpec]) -> list[dict[str, Any]]:
+    """A few late drops to look at, from every operator, from the furthest behind to the nearest."""
+    late = [r for r in ledger if r["reason"] == "late"]
+    refused = Counter((r["operator"], r["partition"], r["offset"]) for r in late)
+    picked = []
+    for i, op in enumerate(sorted(windows)):
+        mine = sorted((r for r in late if r["operator"] == op),
+                      key=lambda r: (r["timestamp"] - r["stream_time"], r["partition"], r["offset"], r["window_start"]))
+        k = min(len(mine), EXAMPLES // len(windows) + (i < EXAMPLES % len(windows)))
+        w = windows[op]
+        for j in range(k):  # spread over the range of lateness: stragglers and near misses
+            r = mine[j * (len(mine) - 1) // max(k - 1, 1)]
+            picked.append({**r, "grace_ms": w.grace_ms, "behind_ms": r["stream_time"] - r["timestamp"],
+                           "windows_refused": refused[(op, r["partition"], r["offset"])],
+                           "windows_of_record": -(-w.size_ms // w.advance_ms)})
+    return picked
+
+
+def _clock(ms: int, seconds: bool = True) -> str:
+    """Time of day (UTC) of epoch ms; the sample lives on 2024-01-01."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S" if seconds else "%H:%M")
+
+
+def _describe(w: WindowSpec) -> str:
+    """`tumbling 1m, grace 10s` / `hopping 5m every 1m, grace 30s`."""
+    every = f" every {format_duration(w.advance_ms)}" if w.type == "hopping" else ""
+    return f"{w.type} {format_duration(w.size_ms)}{every}, grace {format_duration(w.grace_ms)}"
+
+
+def _outputs(summary: dict[str, Any]) -> dict[str, str]:
+    """Sink name -> path relative to the current directory."""
+    return {name: _rel(sink["path"]) for name, sink in summary["sinks"].items()}
+
+
+def _rel(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def explain_drops(out: Console, summary: dict[str, Any], ledger: list[dict[str, Any]],
+                  windows: dict[str, WindowSpec]) -> None:
+    """Say in a few lines what was dropped and why, with example late records and where the outputs are."""
+    counts = _reason_counts(ledger)
+    out.print()
+    out.print("[bold]What was dropped, and why[/] (times are UTC, 2024-01-01)", highlight=False)
+    out.print("Stream time is the highest timestamp a task (one partition here) has seen so far. Kafka Streams "
+              "closes a window once stream time reaches window end + grace; a record arriving after that is "
+              "dropped for that window. A hopping record can miss an old window and still count in newer ones.",
+              highlight=False)
+    out.print(_reason_table(summary, counts))
+    for reason in sorted({r for per_op in counts.values() for r in per_op}):
+        out.print(f"  {reason}: {REASONS.get(reason, 'see docs/ledger.md')}", highlight=False)
+    examples = _examples(ledger, windows)
+    for op, w in windows.items():
+        out.print(_late_table(op, w, [e for e in examples if e["operator"] == op]))
+    ledger_path = _outputs(summary).get("_ledger", f"{WORK_DIR}/{LEDGER}")
+    out.print(f"Outputs: one Delta table per operator in {WORK_DIR}/{GOLD}/, every drop in {ledger_path}. "
+              f"Read one with [bold]python -c \"from deltalake import DeltaTable as T; "
+              f"print(T('{ledger_path}').to_pandas())\"[/]; edit {WORK_DIR}/jobs/demo.yaml and rerun it with "
+              f"[bold]backfill run {WORK_DIR}/jobs/demo.yaml[/].", highlight=False)
+
+
+def _reason_table(summary: dict[str, Any], counts: dict[str, dict[str, int]]) -> Table:
+    table = Table("operator", "reason", "ledger rows", "records lost entirely", box=None, pad_edge=False)
+    for op, reasons in sorted(counts.items()):
+        dropped = summary["operators"].get(op, {}).get("dropped", {})
+        for reason, n in sorted(reasons.items()):
+            table.add_row(op, reason, f"{n:,}", f"{dropped.get(reason, n):,}")
+    return table
+
+
+def _late_table(op: str, w: WindowSpec, examples: list[dict[str, Any]]) -> Table:
+    table = Table("key", "timestamp", "window", "closes", "stream time", "behind", "refused", box=None,
+                  pad_edge=False, title=f"late examples, {op} ({_describe(w)})", title_justify="left")
+    for e in examples:
+        table.add_row(e["key"], _clock(e["timestamp"]),
+                      f"{_clock(e['window_start'], False)}-{_clock(e['window_end'], False)}",
+                      _clock(e["window_end"] + e["grace_ms"]), _clock(e["stream_time"]),
+                      f"{e['behind_ms'] / 1000:.1f} s", f"{e['windows_refused']} of {e['windows_of_record']}")
+    return table

@@ -165,7 +165,8 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
             rows = [r.asDict() for r in (df.limit(limit).collect() if limit else df.collect())]
         rows = rows[:limit] if limit else rows
         if as_json:
-            print("\n".join(json.dumps(r, default=str) for r in rows))
+            for r in rows:
+                print(json.dumps(r, default=str))
             return
         from rich.table import Table
 

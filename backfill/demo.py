@@ -224,6 +224,7 @@ def _outputs(summary: dict[str, Any]) -> dict[str, str]:
 
 
 def _rel(path: str) -> str:
+    """`path` relative to the current directory when it is under it (shorter to read and to paste)."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -242,7 +243,7 @@ def explain_drops(out: Console, summary: dict[str, Any], ledger: list[dict[str, 
               highlight=False)
     out.print(_reason_table(summary, counts))
     for reason in sorted({r for per_op in counts.values() for r in per_op}):
-        out.print(f"  {reason}: {REASONS.get(reason, 'see docs/ledger.md')}", highlight=False)
+        out.print(f"  {reason}: {REASONS.get(reason, 'see the ledger rows')}", highlight=False)
     examples = _examples(ledger, windows)
     for op, w in windows.items():
         out.print(_late_table(op, w, [e for e in examples if e["operator"] == op]))
@@ -254,6 +255,7 @@ def explain_drops(out: Console, summary: dict[str, Any], ledger: list[dict[str, 
 
 
 def _reason_table(summary: dict[str, Any], counts: dict[str, dict[str, int]]) -> Table:
+    """Ledger rows and whole records lost, per operator and reason."""
     table = Table("operator", "reason", "ledger rows", "records lost entirely", box=None, pad_edge=False)
     for op, reasons in sorted(counts.items()):
         dropped = summary["operators"].get(op, {}).get("dropped", {})
@@ -263,7 +265,8 @@ def _reason_table(summary: dict[str, Any], counts: dict[str, dict[str, int]]) ->
 
 
 def _late_table(op: str, w: WindowSpec, examples: list[dict[str, Any]]) -> Table:
-    table = Table("key", "timestamp", "window", "closes", "stream time", "behind", "refused", box=None,
+    """Example late drops of one operator: when the window closed and how far behind the record was."""
+    table = Table("key", "timestamp", "window", "closes", "stream time", "behind", "late for", box=None,
                   pad_edge=False, title=f"late examples, {op} ({_describe(w)})", title_justify="left")
     for e in examples:
         table.add_row(e["key"], _clock(e["timestamp"]),

@@ -196,7 +196,7 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
         summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
             sum(summary.source_drops.get(src, {}).values())
     for i, op in enumerate(plan.job.spec.operators):
-        counts = OperatorCounts()
+        counts = OperatorCounts(dropped={"null_key": 0})
         for r in rows:
             counts.records_in += r[f"in_{i}"]
             counts.contributing += r[f"contrib_{i}"]

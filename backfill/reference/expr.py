@@ -664,6 +664,8 @@ def _mod(a: Any, b: Any) -> Any:
     if isinstance(a, int):
         r = abs(a) % abs(b)
         return -r if a < 0 else r
+    if math.isinf(a) or a != a or b != b:
+        return math.nan  # Java: Infinity % x and NaN % x are NaN (math.fmod raises)
     return math.fmod(a, b)
 
 
@@ -1012,9 +1014,16 @@ _ORDER_SENSITIVE_NODES = (
 )
 
 
+_CALL_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
 def _fn_name(node: exp.Expression) -> str:
+    """The Spark name of a function call, e.g. max_by (sqlglot's class is ArgMax)."""
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
+    m = _CALL_NAME.match(node.sql(dialect="spark"))
+    if m:
+        return m.group(1).lower()
     if isinstance(node, exp.Func):
         return node.sql_name().lower()
     return type(node).__name__
@@ -1159,7 +1168,8 @@ class _Compiler:
             elif isinstance(inner, (exp.ArgMax, exp.ArgMin)):
                 if inner.args.get("count") is not None:
                     raise self.error(f"{name}() with a count argument is not supported", node)
-                arg_nodes.append(inner.expression)
+                if inner.expression is not None:
+                    arg_nodes.append(inner.expression)
             elif inner.args.get("expressions") or inner.args.get("count"):
                 raise self.error(f"too many arguments for aggregate function {name}()", node)
 
@@ -1513,6 +1523,9 @@ def _h_not(cx: _Compiler, node: exp.Not, scope: str, agg: Any) -> _C:
 @_handles(exp.Neg)
 def _h_neg(cx: _Compiler, node: exp.Neg, scope: str, agg: Any) -> _C:
     child = node.this
+    if (isinstance(child, (exp.Cast, exp.TryCast)) and child.args["to"].this == _DT.BIGINT
+            and isinstance(child.this, exp.Literal)):
+        child = child.this  # -9223372036854775808L
     if isinstance(child, exp.Literal) and not child.is_string:
         iv = _int_literal(str(child.this))
         if iv is not None:

@@ -225,7 +225,8 @@ def _raise_fatal(ordered: DataFrame) -> None:
 
 def _beyond(plan: Plan) -> Column:
     """Records after their partition's first record at/after the cool-down bound: never processed."""
-    conds = [(F.col("source") == s.name) & (F.col("_pmax_before") >= F.lit(s.read_until))
+    before = F.coalesce(F.col("_pmax_before"), F.lit(-1))  # a partition's first record is never beyond
+    conds = [(F.col("source") == s.name) & (before >= F.lit(s.read_until))
              for s in plan.sources if s.read_until is not None]
     return functools.reduce(lambda a, b: a | b, conds) if conds else F.lit(False)
 

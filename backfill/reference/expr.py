@@ -43,7 +43,8 @@ Semantics (Spark 4 defaults, i.e. ANSI mode)
   ``first``/``last`` keep NULLs unless ``ignore nulls`` (``first(x, true)``) is given;
   ``max_by``/``min_by`` skip rows whose ordering value is NULL and on ties keep the *last* row
   (observed Spark behaviour). ``collect_set`` returns the distinct values in first-seen order
-  (Spark's order is unspecified: compare it as a set).
+  (Spark's order is unspecified: compare it as a set); like Spark's, it keeps every NaN and
+  merges -0.0 with 0.0, while ``count(DISTINCT ...)`` counts all NaNs as one value.
 * ``cast(double AS string)`` and ``concat`` use Java's ``Double.toString`` layout (``1.0``,
   ``1.0E10``, ``1.0E-4``); ``round`` is HALF_UP on the decimal text of the double, like Spark.
 
@@ -57,11 +58,19 @@ Known deviations from Spark
   (``cast(1.50 AS string)`` is ``"1.50"`` in Spark, ``"1.5"`` here); ``1.5 div 1`` is rejected.
 * Without a schema, types are known only from values and literals: ``coalesce(value.amount, 0)``
   with a NULL ``amount`` yields ``0`` (Spark: ``0.0``); numerically equal.
-* Double-to-string uses the shortest repr (Java 19+ ``Double.toString``). Spark on Java 17 prints a
-  few values with extra digits (``2.0E23`` -> ``1.9999999999999998E23``); subnormal minimum is
-  special-cased to ``4.9E-324``. ``round`` inherits the same (rare) difference.
-* Analysis-time type errors (``'a' + 1``, ``if(1, ...)``) are found only when evaluated, with the
-  values at hand, and raise :class:`ExprError`; hex float strings are not accepted by casts.
+* ``cast(double AS string)`` follows Java 17's ``Double.toString`` (the JVM this project's Spark
+  runs on), including its exact-long output for integral values in [2^53, 2^63)
+  (``1.68944606535941197E18``). Java 17 also prints a handful of other values with extra digits
+  (``2.0E23`` -> ``1.9999999999999998E23``, ``8.41E21``); those come out shortest here. On Java 19+
+  Spark always prints the shortest digits: set ``LEGACY_JDK_DOUBLE_FORMAT = False``. ``round``
+  uses the same digits, as Spark's ``BigDecimal(Double.toString(d))`` does.
+* Analysis-time type errors (``true + 1``, ``if(1, ...)``, ``greatest(1, 'a')``) are found only
+  when evaluated, with the values at hand, and raise :class:`ExprError`; branches of mixed string
+  and number types are not cast (Spark: ``coalesce('a', 1)`` fails casting 'a' to bigint);
+  ``CASE WHEN NULL`` is accepted; hex float strings are not accepted by casts; ``concat()`` with
+  no argument does not parse.
+* (Not a deviation) Spark 4 reads ``'it''s'`` as ``it's`` (doubled quote) and ``'a' 'b'`` as
+  ``ab``; so does this module, although stock sqlglot reads the former as ``its``.
 * Aggregates are computed in add order; Spark sums doubles in partition order, so float sums
   may differ in the last bits when Spark splits a group across partitions.
 """
@@ -72,7 +81,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
 
 import sqlglot
 from sqlglot import exp
@@ -80,7 +89,11 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import SqlglotError
 
 __all__ = [
+    "LEGACY_JDK_DOUBLE_FORMAT",
     "Aggregate",
+    "CompiledAggregate",
+    "CompiledFold",
+    "CompiledScalar",
     "ExprError",
     "ExprRuntimeError",
     "SUPPORTED_AGGREGATES",
@@ -900,7 +913,9 @@ class _CollectSet(_Acc):
         v = args[0]
         if v is None:
             return state
-        key = _norm_key(v)
+        if isinstance(v, float) and v != v:  # Spark's collect_set keeps every NaN (NaN != NaN)
+            return (state[0], (v, state[1]))
+        key = _norm_key(v)  # ... but -0.0 and 0.0 are one value (the first seen is kept)
         if key in state[0]:
             return state
         return (state[0] | {key}, (v, state[1]))
@@ -1048,14 +1063,11 @@ class _Compiler:
 
     def compile(self, node: exp.Expression, scope: str, agg: str | None = None) -> _C:
         handler = _HANDLERS.get(type(node))
+        if handler is None and _is_agg_node(node):
+            return self._aggregate(node, scope, agg)
+        if handler is None and isinstance(node, exp.Anonymous):
+            handler = _ANON_HANDLERS.get(str(node.name).lower())
         if handler is None:
-            if _is_agg_node(node):
-                return self._aggregate(node, scope, agg)
-            if isinstance(node, exp.Anonymous):
-                handler = _ANON_HANDLERS.get(str(node.name).lower())
-        if handler is None:
-            if _is_agg_node(node):
-                return self._aggregate(node, scope, agg)
             self._unsupported(node)
         return handler(self, node, scope, agg)
 
@@ -1064,7 +1076,7 @@ class _Compiler:
             message = f"{message}: {node.sql(dialect='spark')}"
         return ExprError(message, self.sql)
 
-    def _unsupported(self, node: exp.Expression) -> None:
+    def _unsupported(self, node: exp.Expression) -> NoReturn:
         if isinstance(node, exp.Window):
             raise self.error("window functions (OVER) are not supported", node)
         if isinstance(node, (exp.Func, exp.Anonymous)):
@@ -1229,7 +1241,6 @@ class _Compiler:
             acc = _BoolAgg(False)
         else:  # pragma: no cover - _is_agg_node and this chain agree
             self._unsupported(inner)
-            raise AssertionError
         if ignore_nulls and not isinstance(acc, _FirstLast):
             raise self.error(f"IGNORE NULLS is not supported for {name}()", node)
         filter_fn = self.compile(filter_node, _ROW, name).fn if filter_node is not None else None

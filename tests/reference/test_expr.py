@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from backfill.reference.expr import (
@@ -433,7 +433,8 @@ def test_min_max_follow_spark_nan_ordering_and_distinct_normalizes_floats() -> N
     assert math.isnan(agg("max(value.x)", rows))
     assert agg("min(value.x)", rows) == 0.0
     assert agg("count(DISTINCT value.x)", rows) == 3  # 1.0, NaN, 0.0 (= -0.0)
-    assert agg("size(collect_set(value.x))", rows) == 3
+    assert agg("size(collect_set(value.x))", rows) == 4  # Spark's collect_set keeps each NaN
+    assert same(agg("collect_set(value.x)", rows), [1.0, NAN, -0.0, NAN])
 
 
 def test_sum_types_and_overflow() -> None:
@@ -612,8 +613,20 @@ USER = st.one_of(st.none(), st.sampled_from(["u1", "u2", "U1", "", "ü", "a b"])
 VALUE = st.one_of(st.none(), st.fixed_dictionaries({"amount": AMOUNT, "n": N, "user": USER}))
 RECORD = st.fixed_dictionaries({"key": st.sampled_from(["k1", "k2"]), "ts": st.integers(0, 10**6), "value": VALUE})
 GROUPS = st.lists(st.lists(RECORD, min_size=1, max_size=8), min_size=1, max_size=40)
-SPARK_SETTINGS = settings(max_examples=int(os.environ.get("EXPR_SPARK_EXAMPLES", "5")), deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def _rec(amount: Any = None, n: Any = None, user: Any = None, ts: int = 0, key: str = "k1") -> dict[str, Any]:
+    return {"key": key, "ts": ts, "value": {"amount": amount, "n": n, "user": user}}
+
+
+EDGE_GROUPS = [  # always run (hypothesis @example): NaN / -0.0 / infinities, ties, NULL structs
+    [_rec(NAN, 1, "b"), _rec(NAN, 1, "a"), _rec(-0.0, 2, "a", 1), _rec(0.0, 2, None, 1), _rec(1.0, None, "")],
+    [_rec(INF, 5, "u1"), _rec(-INF, 5, "u2"), {"key": "k2", "ts": 3, "value": None}, _rec(None, None, None)],
+    [{"key": "k1", "ts": 0, "value": None}],
+    [_rec(2.675, 2**40, "ü"), _rec(1.005, -(2**40), "a b"), _rec(1.5e16, 0, "U1"), _rec(2.0**60, 7, "u1")],
+    [_rec(0.5, 3, "x", 9), _rec(-2.5, 3, "y", 9), _rec(1e-5, 3, "z", 9)],
+]
+# EXPR_SPARK_EXAMPLES=60 searches harder (each example is one Spark job over up to 40 groups).
+SPARK_SETTINGS = settings(max_examples=int(os.environ.get("EXPR_SPARK_EXAMPLES", "5")), deadline=None,
+                          database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _frame(spark: Any, groups: list[list[dict[str, Any]]]) -> Any:
@@ -658,7 +671,8 @@ CONSTANTS = [
     "substring('hello', 2.7D)", "substring(12345, 2, 2)", "greatest(1, null, 3)", "least('b', 'a')",
     "greatest(1, 2.5D)", "greatest(3, 2.5D)", "greatest(cast('NaN' as double), 1D)",
     "least(cast('NaN' as double), 1D)", "greatest(true, false)", "least(null, 2, null, 1)",
-    "if(false, 1/0, 3)", "if(true, 1, 2.5D)", "coalesce(1, 1/0)", "coalesce(1, 2.5D)", "case when false then 1/0 else 2 end",
+    "if(false, 1/0, 3)", "if(true, 1, 2.5D)", "coalesce(1, 1/0)", "coalesce(1, 2.5D)",
+    "case when false then 1/0 else 2 end",
     "case 1 when 1.0D then 'eq' else 'ne' end", "case null when null then 1 else 2 end", "nullif(1, 1)",
     "nvl2(null, 1, 2)", "array(1, 2.5D)", "array(1, null, 3)", "size(array(null))", "size(array())",
     "named_struct('a', 1, 'b', named_struct('c', 'x'))", "try_cast('abc' as int)",
@@ -699,7 +713,8 @@ def test_errors_match_spark(spark: Any) -> None:
 
 SCALARS = [
     "value.amount", "value.n + 1", "value.n - ts", "value.n * 3", "value.amount * 2 + value.n", "value.amount / 4",
-    "if(value.n = 0, null, ts / value.n)", "if(value.n = 0, null, ts div value.n)", "if(value.n = 0, null, ts % value.n)",
+    "if(value.n = 0, null, ts / value.n)", "if(value.n = 0, null, ts div value.n)",
+    "if(value.n = 0, null, ts % value.n)",
     "value.amount % 3", "-value.amount", "abs(value.n)", "round(value.amount, 2)", "round(value.amount)",
     "round(value.amount, -2)", "round(value.n, -3)", "cast(value.amount as string)", "cast(value.n as string)",
     "cast(value.n as double)", "cast(value.amount > 0 as string)", "cast(value.n % 1000 as int)",
@@ -722,6 +737,7 @@ SCALARS = [
 @needs_java
 @SPARK_SETTINGS
 @given(GROUPS)
+@example(EDGE_GROUPS)
 def test_scalar_expressions_match_spark(spark: Any, groups: list[list[dict[str, Any]]]) -> None:
     from pyspark.sql import functions as F
 
@@ -758,6 +774,7 @@ AGGREGATES = [
 @needs_java
 @SPARK_SETTINGS
 @given(GROUPS)
+@example(EDGE_GROUPS)
 def test_aggregates_match_spark(spark: Any, groups: list[list[dict[str, Any]]]) -> None:
     from pyspark.sql import functions as F
 
@@ -789,6 +806,7 @@ RUNNING = [  # "{w}" marks each aggregate call; Spark evaluates it as a running 
 @needs_java
 @SPARK_SETTINGS
 @given(GROUPS)
+@example(EDGE_GROUPS)
 def test_running_aggregates_match_spark_windows(spark: Any, groups: list[list[dict[str, Any]]]) -> None:
     """Order-sensitive aggregates, and every intermediate result (Kafka Streams emits one per record)."""
     from pyspark.sql import functions as F
@@ -830,6 +848,7 @@ def _spark_folds(df: Any) -> Any:
 @needs_java
 @SPARK_SETTINGS
 @given(GROUPS)
+@example(EDGE_GROUPS)
 def test_folds_match_spark_aggregate(spark: Any, groups: list[list[dict[str, Any]]]) -> None:
     got = _spark_folds(_frame(spark, groups)).collect()
     assert len(got) == len(groups)

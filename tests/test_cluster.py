@@ -1,0 +1,53 @@
+"""The demo job on a real Spark standalone cluster (master + worker JVMs on 127.0.0.1) equals local mode."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from backfill.demo import generate_clicks
+from tests.sparkcluster import cluster_processes, standalone_cluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _demo_copy(root: Path) -> Path:
+    (root / "jobs").mkdir(parents=True)
+    (root / "schemas").mkdir()
+    shutil.copy(REPO / "jobs" / "demo.yaml", root / "jobs" / "demo.yaml")
+    shutil.copy(REPO / "schemas" / "click.json", root / "schemas" / "click.json")
+    generate_clicks(str(root / "data" / "bronze" / "clicks"), n=6000)
+    return root / "jobs" / "demo.yaml"
+
+
+def _run(job: Path, env: dict[str, str], *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "backfill.cli", "run", str(job), "--json", *args], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def _table(path: Path) -> list[str]:
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def test_demo_job_on_a_standalone_cluster_equals_local_mode(tmp_path):
+    local_job, cluster_job = _demo_copy(tmp_path / "local"), _demo_copy(tmp_path / "cluster")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
+    local = _run(local_job, env, "--profile", "local")
+    with standalone_cluster(tmp_path / "spark") as master:
+        clustered = _run(cluster_job, {**env, "BACKFILL_MASTER": master}, "--profile", "cluster")
+    assert not cluster_processes(tmp_path / "spark")
+    for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop"):
+        assert _table(tmp_path / "cluster" / "data" / "gold" / name) == _table(tmp_path / "local" / "data" / "gold" / name)
+    assert _table(tmp_path / "cluster" / "data" / "ledger" / "clicks") == \
+        _table(tmp_path / "local" / "data" / "ledger" / "clicks")
+    assert clustered["operators"] == local["operators"]

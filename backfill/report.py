@@ -13,20 +13,21 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
           f"{summary['end'] if summary['end'] is not None else '+inf'})"
     console.print(f"[bold]run {summary['run_id']}[/] of job [bold]{summary['job']}[/], window starts in {rng}",
                   highlight=False)
-    inputs = Table("source", "records read", "processed", "beyond cool-down", "dropped at source", box=None)
+    inputs = Table("source", "read", "processed", "past cool-down", "dropped at source", box=None)
     for src, n in summary["records_read"].items():
         drops = summary["source_drops"].get(src, {})
         inputs.add_row(src, f"{n:,}", f"{summary['records_processed'].get(src, 0):,}",
                        f"{summary['beyond_range'].get(src, 0):,}",
                        ", ".join(f"{k} {v:,}" for k, v in drops.items()) or "0")
     console.print(inputs)
-    ops = Table("operator", "records in", "contributing", "dropped", "late (record, window) pairs", "outputs",
-                "incomplete windows", box=None)
+    ops = Table("operator", "in", "contributing", "dropped", "late pairs", "outputs", "open windows", box=None)
     for name, c in summary["operators"].items():
         dropped = ", ".join(f"{k} {v:,}" for k, v in c["dropped"].items() if v) or "0"
         ops.add_row(name, f"{c['records_in']:,}", f"{c['contributing']:,}", dropped, f"{c['late_pairs']:,}",
                     f"{c['outputs']:,}", f"{c['incomplete_windows']:,}")
     console.print(ops)
+    console.print("[dim]late pairs: (record, window) refused by grace; open windows: not final by the end "
+                  "of the data, not emitted[/]", highlight=False)
     ledger = ", ".join(f"{k} {v:,}" for k, v in sorted(summary["ledger"].items())) or "empty"
     console.print(f"ledger rows: {summary['ledger_rows']:,} in range ({ledger} in all)", highlight=False)
     for name, sink in summary["sinks"].items():

@@ -79,9 +79,9 @@ from __future__ import annotations
 import decimal
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn, Protocol, runtime_checkable
+from typing import Any, ClassVar, NoReturn, Protocol, runtime_checkable
 
 import sqlglot
 from sqlglot import exp
@@ -90,15 +90,15 @@ from sqlglot.errors import SqlglotError
 
 __all__ = [
     "LEGACY_JDK_DOUBLE_FORMAT",
+    "SUPPORTED_AGGREGATES",
+    "SUPPORTED_FUNCTIONS",
+    "SUPPORTED_OPERATORS",
     "Aggregate",
     "CompiledAggregate",
     "CompiledFold",
     "CompiledScalar",
     "ExprError",
     "ExprRuntimeError",
-    "SUPPORTED_AGGREGATES",
-    "SUPPORTED_FUNCTIONS",
-    "SUPPORTED_OPERATORS",
     "compile_aggregate",
     "compile_fold",
     "compile_scalar",
@@ -172,11 +172,11 @@ class _SparkSQL(Spark):
     does ('it''s' is "it's"); stock sqlglot reads it as two adjacent literals ('its')."""
 
     class Tokenizer(Spark.Tokenizer):
-        STRING_ESCAPES = ["\\", "'"]
+        STRING_ESCAPES: ClassVar[list[str]] = ["\\", "'"]
 
 
 _COUNT_EMPTY = re.compile(r"(?i)\b(count)\s*\(\s*\)")
-_QUOTED = re.compile(r"""'(?:\\.|''|[^'\\])*'|"(?:\\.|[^"\\])*"|`(?:``|[^`])*`""", re.S)
+_QUOTED = re.compile(r"""'(?:\\.|''|[^'\\])*'|"(?:\\.|[^"\\])*"|`(?:``|[^`])*`""", re.DOTALL)
 
 
 def normalize_count(sql: str) -> str:
@@ -345,7 +345,7 @@ def _kind(v: Any) -> str:
         return "struct"
     if isinstance(v, (list, tuple)):
         return "array"
-    raise ExprError(f"unsupported value {v!r} of Python type {type(v).__name__}")
+    return type(v).__name__  # e.g. datetime: passed through, compared only with its own kind
 
 
 def _widen_double(v: Any) -> Any:
@@ -413,7 +413,7 @@ def _java_decimal(d: float) -> decimal.Decimal:
 
 def _java_double_str(d: float) -> str:
     """``java.lang.Double.toString``: shortest repr digits, except the JDK's exact-long path."""
-    if d != d:
+    if math.isnan(d):
         return "NaN"
     if d == math.inf:
         return "Infinity"
@@ -482,7 +482,7 @@ def _to_integral(v: Any, lo: int = _LONG_MIN, hi: int = _LONG_MAX, target: str =
         return v
     if isinstance(v, float):
         # Spark: floor(x) <= MAX.toDouble && ceil(x) >= MIN.toDouble, then Java's saturating cast.
-        if v != v or math.isinf(v) or not (math.floor(v) <= float(hi) and math.ceil(v) >= float(lo)):
+        if math.isnan(v) or math.isinf(v) or not (math.floor(v) <= float(hi) and math.ceil(v) >= float(lo)):
             raise ExprRuntimeError(
                 f"[CAST_OVERFLOW] the value {_java_double_str(v)} cannot be cast to {target.upper()}")
         return max(lo, min(hi, int(v)))
@@ -565,7 +565,7 @@ def _coerce_pair(a: Any, b: Any, what: str) -> tuple[Any, Any]:
 def _compare(a: Any, b: Any) -> int:
     """Order of two non-null values of the same kind (Spark: NaN is the largest double)."""
     if isinstance(a, float):
-        an, bn = a != a, b != b
+        an, bn = math.isnan(a), math.isnan(b)
         if an or bn:
             return 0 if an and bn else (1 if an else -1)
         return (a > b) - (a < b)
@@ -595,7 +595,7 @@ def _cmp(a: Any, b: Any, what: str) -> int:
 def _norm_key(v: Any) -> Any:
     """Hashable key with Spark's grouping equality (NaN = NaN, -0.0 = 0.0)."""
     if isinstance(v, float):
-        if v != v:
+        if math.isnan(v):
             return ("NaN",)
         return 0.0 if v == 0.0 else v
     if isinstance(v, Mapping):
@@ -677,7 +677,7 @@ def _mod(a: Any, b: Any) -> Any:
     if isinstance(a, int):
         r = abs(a) % abs(b)
         return -r if a < 0 else r
-    if math.isinf(a) or a != a or b != b:
+    if math.isinf(a) or math.isnan(a) or math.isnan(b):
         return math.nan  # Java: Infinity % x and NaN % x are NaN (math.fmod raises)
     return math.fmod(a, b)
 
@@ -724,7 +724,7 @@ def _round(v: Any, scale: Any) -> Any:
         res = (m + (1 if 2 * r >= q else 0)) * q
         return _check_long(-res if v < 0 else res, "round")
     if k == _DOUBLE:
-        if v != v or math.isinf(v):
+        if math.isnan(v) or math.isinf(v):
             return v
         if scale > 400:
             return v
@@ -913,7 +913,7 @@ class _CollectSet(_Acc):
         v = args[0]
         if v is None:
             return state
-        if isinstance(v, float) and v != v:  # Spark's collect_set keeps every NaN (NaN != NaN)
+        if isinstance(v, float) and math.isnan(v):  # Spark's collect_set keeps every NaN (NaN != NaN)
             return (state[0], (v, state[1]))
         key = _norm_key(v)  # ... but -0.0 and 0.0 are one value (the first seen is kept)
         if key in state[0]:
@@ -980,9 +980,8 @@ class _AggCall:
         return (frozenset(), inner) if self.distinct else inner
 
     def add(self, state: Any, row: Mapping[str, Any]) -> Any:
-        if self.filter_fn is not None:
-            if _check_bool(self.filter_fn(row), f"FILTER of {self.name}") is not True:
-                return state
+        if self.filter_fn is not None and _check_bool(self.filter_fn(row), f"FILTER of {self.name}") is not True:
+            return state
         args = tuple(f(row) for f in self.arg_fns)
         if not self.distinct:
             return self.acc.add(state, args)
@@ -1428,7 +1427,7 @@ def _cmp_op(test: Callable[[int], bool], what: str) -> Callable[[Any, Any], Any]
     return lambda a, b: test(_cmp(a, b, what))
 
 
-_BOOL_T = lambda a, b: _BOOL  # noqa: E731
+_BOOL_T = lambda a, b: _BOOL
 _HANDLERS[exp.EQ] = _binary(_cmp_op(lambda c: c == 0, "="), _BOOL_T)
 _HANDLERS[exp.NEQ] = _binary(_cmp_op(lambda c: c != 0, "<>"), _BOOL_T)
 _HANDLERS[exp.LT] = _binary(_cmp_op(lambda c: c < 0, "<"), _BOOL_T)
@@ -1608,15 +1607,15 @@ def _h_is(cx: _Compiler, node: exp.Is, scope: str, agg: Any) -> _C:
     a = cx.compile(node.this, scope, agg)
     fa, rhs = a.fn, node.expression
     if isinstance(rhs, exp.Null):
-        f = lambda r: fa(r) is None  # noqa: E731
+        f = lambda r: fa(r) is None
     elif isinstance(rhs, exp.Boolean):
         want = bool(rhs.this)
-        f = lambda r: _check_bool(fa(r), "IS TRUE/FALSE") is want  # noqa: E731
+        f = lambda r: _check_bool(fa(r), "IS TRUE/FALSE") is want
     else:
         raise cx.error("unsupported IS predicate", node)
     if node.args.get("negate"):
         g = f
-        f = lambda r: not g(r)  # noqa: E731
+        f = lambda r: not g(r)
     return _C(f, _BOOL, a.const)
 
 

@@ -29,7 +29,6 @@ class AggregateResult:
     output: DataFrame
     ledger: DataFrame
     incomplete: DataFrame | None
-    pairs: DataFrame
 
 
 def reaches(op: OperatorSpec) -> Column:
@@ -38,8 +37,21 @@ def reaches(op: OperatorSpec) -> Column:
     return (F.col("source") == op.aggregate.input) & F.col("key").isNotNull() & F.col("_drop").isNull()
 
 
-def aggregate(op: OperatorSpec, ordered: DataFrame, st: str) -> AggregateResult:
-    """Run one aggregate operator over task-ordered records; `st` names its stream-time column."""
+def late_windows(windows: TimeWindows, st: str) -> dict[str, Column]:
+    """Per record, without exploding: how many of its windows are late, and whether any is accepted."""
+    first, last = windows.first_start("ts"), windows.last_start("ts")
+    threshold = F.col(st) - F.lit(windows.grace + windows.size)  # a window is late iff start <= ST - G - S
+    late = F.when(threshold < first, F.lit(0)).otherwise(
+        F.floor((F.least(last, threshold) - first) / F.lit(windows.advance)) + 1)
+    return {"late": late, "contributing": last > threshold}
+
+
+def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int, int] | None = None
+              ) -> AggregateResult:
+    """Run one aggregate operator over task-ordered records; `st` names its stream-time column.
+
+    `final_st` maps each task to its stream time at the end of the data (needed by emit: final).
+    """
     spec = op.aggregate
     assert spec is not None
     if spec.group_by:
@@ -53,20 +65,26 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str) -> AggregateResult:
     mine = ordered.where((F.col("source") == spec.input) & F.col("_drop").isNull())
     null_keys = ledger_rows(mine.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
                             stream_time=F.col(st), range_time=F.col("ts"))
-    pairs = (mine.where(F.col("key").isNotNull())
-             .select("*", F.posexplode(windows.starts("ts")).alias("widx", "window_start"))
-             .withColumn("window_end", F.col("window_start") + F.lit(windows.size))
-             # kept while end > ST - G (kafka-streams.md 4.1 step 5)
-             .withColumn("_accepted", F.col("window_end") > F.col(st) - F.lit(windows.grace)))
-    late = ledger_rows(pairs.where(~F.col("_accepted")), reason=LATE, operator=op.name,
+    keyed = mine.where(F.col("key").isNotNull())
+    # only records with a late window are exploded for the ledger (a few percent, not all)
+    late_records = keyed.where(late_windows(windows, st)["late"] > 0)
+    late = ledger_rows(_pairs(late_records, windows, st).where(~F.col("_accepted")), reason=LATE, operator=op.name,
                        stream_time=F.col(st), window_start=F.col("window_start"),
                        window_end=F.col("window_end"), range_time=F.col("window_start"))
-    accepted = pairs.where("_accepted")
+    accepted = _pairs(keyed, windows, st).where("_accepted")
     if spec.emit == "updates":
         output, incomplete = _updates(accepted, aggs, windows), None
     else:
-        output, incomplete = _final(accepted, aggs, windows, st)
-    return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete, pairs=pairs)
+        output, incomplete = _final(accepted, aggs, windows, final_st or {})
+    return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete)
+
+
+def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
+    """(record, window) pairs of windowsFor(ts), each marked accepted or late against the stream time."""
+    return (records.select("*", F.posexplode(windows.starts("ts")).alias("widx", "window_start"))
+            .withColumn("window_end", F.col("window_start") + F.lit(windows.size))
+            # kept while end > ST - G (kafka-streams.md 4.1 step 5)
+            .withColumn("_accepted", F.col("window_end") > F.col(st) - F.lit(windows.grace)))
 
 
 def _record_struct() -> Column:
@@ -95,26 +113,29 @@ def _updates(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindow
 
 
 def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
-           st: str) -> tuple[DataFrame, DataFrame]:
+           final_st: dict[int, int]) -> tuple[DataFrame, DataFrame]:
     """One row per window closed by the end of the data; open windows are reported, not emitted."""
-    close_st = accepted.groupBy("task").agg(F.max(st).alias("_task_st"))
+    # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
+    task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
+        if final_st else F.lit(None).cast("long")
+    accepted = accepted.withColumn("_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace),
+                                                         F.lit(False)))
+    cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
+    output = _windows(accepted.where("_closed"), aggs, w).select(*cols)
+    incomplete = _windows(accepted.where("NOT _closed"), aggs, w).select(*cols, "task")
+    return output, incomplete
+
+
+def _windows(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows) -> DataFrame:
+    """One row per (task, key, window): its aggregates over the records it accepted, ts = their max."""
     if any(a.order_sensitive and not a.is_fold for a in aggs):
         last = _updates(accepted, aggs, w)
         names = [a.name for a in aggs] + ["ts", "window_end"]
-        windows = (last.groupBy("task", "key", "window_start")
-                   .agg(F.max_by(F.struct(*names), "emit_seq").alias("_last"), F.count(F.lit(1)).alias("_n"))
-                   .select("task", "key", "window_start", *[F.col(f"_last.{n}").alias(n) for n in names], "_n"))
-    else:
-        windows = accepted.groupBy("task", "key", "window_start").agg(
-            *[_final_column(a) for a in aggs], F.max("ts").alias("ts"), F.count(F.lit(1)).alias("_n"),
-            F.first("window_end").alias("window_end"))
-    windows = windows.join(F.broadcast(close_st), "task")
-    # final once ST >= end + G (4.1 "equivalently", 7 untilWindowCloses)
-    closed = F.col("_task_st") >= F.col("window_end") + F.lit(w.grace)
-    cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
-    output = windows.where(closed).select(*cols)
-    incomplete = windows.where(~closed).select(*cols, F.col("_task_st").alias("stream_time"), "task")
-    return output, incomplete
+        return (last.groupBy("task", "key", "window_start")
+                .agg(F.max_by(F.struct(*names), "emit_seq").alias("_last"))
+                .select("task", "key", "window_start", *[F.col(f"_last.{n}").alias(n) for n in names]))
+    return accepted.groupBy("task", "key", "window_start").agg(
+        *[_final_column(a) for a in aggs], F.max("ts").alias("ts"), F.first("window_end").alias("window_end"))
 
 
 def _final_column(agg: CompiledAggregation) -> Column:

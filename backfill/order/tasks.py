@@ -23,8 +23,11 @@ def task_window(given_order: bool) -> Window:
     return Window.partitionBy("task").orderBy(*keys)
 
 
-def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False) -> DataFrame:
+def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
+                  single_queue: bool = False) -> DataFrame:
     """Add `task`, `seq` (1-based, per task), `_pmax`/`_pmax_before` and one stream time per operator.
+
+    `single_queue`: the job has one source (one topic), so each task has one queue and one sort suffices.
 
     `stream_times` maps a column name to the predicate of records reaching that operator: its stream
     time is the running max of `ts` over those records in task order, this record included
@@ -32,11 +35,15 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     """
     # hash on task alone satisfies both windows below: one shuffle
     df = df.withColumn("task", F.col("partition")).repartition("task")
-    queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
+    if single_queue and not given_order:
+        # one input partition per task: the merge order is its offset order, so one sort does it all
+        queue = Window.partitionBy("task").orderBy("offset")
+    else:
+        queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
     # partition time so far (this record included) and before it; unordered ts (null) are ignored by max
     df = df.withColumn("_pmax", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
     df = df.withColumn("_pmax_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
-    order = task_window(given_order)
+    order = queue if single_queue and not given_order else task_window(given_order)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     # seq counts the records the task processes (dropped ones are never polled), this one included
     df = df.withColumn("seq", F.count(F.when(F.col("_drop").isNull(), 1)).over(running).cast("long"))

@@ -20,7 +20,7 @@ from backfill.errors import BackfillError, NotImplementedYet, PublishError, Sour
 from backfill.io.sinks import write_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
-from backfill.ops.aggregate import AggregateResult, aggregate, reaches
+from backfill.ops.aggregate import AggregateResult, aggregate, late_windows, reaches
 from backfill.ops.windows import TimeWindows
 from backfill.order.tasks import order_records
 from backfill.plan.definition import Plan
@@ -40,6 +40,7 @@ class OperatorCounts:
     late_pairs: int = 0
     outputs: int = 0
     incomplete_windows: int = 0
+    final_stream_time: dict[int, int] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
@@ -98,17 +99,19 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     progress("ordering records per task")
     ops = plan.job.spec.operators
     st_cols = {_st(i): reaches(op) for i, op in enumerate(ops)}
-    ordered = order_records(records, st_cols, given_order=_given_order(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+    ordered = order_records(records, st_cols, given_order=_given_order(plan), single_queue=len(plan.sources) == 1)
+    ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         progress("checking records")
         _record_stats(plan, ordered, summary)
         processed = _cut_cooldown(plan, ordered)
         progress("aggregating")
-        results = {op.name: aggregate(op, processed, _st(i)) for i, op in enumerate(ops)}
+        results = {op.name: aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time)
+                   for i, op in enumerate(ops)}
         ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
         _check_ledger(ledger, summary)
         progress("publishing")
-        _publish(plan, spark, results, ledger, summary)
+        _publish(plan, spark, results, ledger, summary, ordered)
         ledger.unpersist()
     finally:
         ordered.unpersist()
@@ -122,7 +125,8 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
     records = _read_all(plan, spark, summary)
     ops = plan.job.spec.operators
-    ordered = order_records(records, {_st(i): reaches(op) for i, op in enumerate(ops)}, _given_order(plan))
+    ordered = order_records(records, {_st(i): reaches(op) for i, op in enumerate(ops)}, _given_order(plan),
+                            single_queue=len(plan.sources) == 1)
     kept = _cut_cooldown(plan, ordered).where(F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
                        *[F.col(_st(i)).alias(f"stream_time_{op.name}") for i, op in enumerate(ops)])
@@ -158,14 +162,9 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame
 
 
 def _window_counts(op: OperatorSpec, st: str) -> dict[str, Column]:
-    """Per-record arithmetic of the windows a record falls into and the late ones (no explode needed)."""
+    """Per-record arithmetic of late windows (no explode); property-tested against the reference engine."""
     assert op.aggregate is not None
-    w = TimeWindows.of(op.aggregate.window)
-    first, last = w.first_start("ts"), w.last_start("ts")
-    threshold = F.col(st) - F.lit(w.grace + w.size)  # window late iff start <= ST - G - S
-    late = F.when(threshold < first, F.lit(0)).otherwise(
-        F.floor((F.least(last, threshold) - first) / F.lit(w.advance)) + 1)
-    return {"late": late, "contributing": late < (last - first) / F.lit(w.advance) + 1}
+    return late_windows(TimeWindows.of(op.aggregate.window), st)
 
 
 def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
@@ -179,11 +178,14 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
         cols += [F.count(F.when(mine, 1)).alias(f"in_{i}"),
                  F.count(F.when(mine & F.col("key").isNull(), 1)).alias(f"nullkey_{i}"),
                  F.count(F.when(reach & wc["contributing"], 1)).alias(f"contrib_{i}"),
-                 F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}")]
-    rows = ordered.groupBy("source", "_drop", "_fatal").agg(*cols).collect()
+                 F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
+                 F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
+    cols.append(F.collect_set("topic").alias("topics"))
+    rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
+    _check_one_topic_per_source(rows)
     for r in rows:
         src = r["source"]
         summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
@@ -198,12 +200,25 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     for i, op in enumerate(plan.job.spec.operators):
         counts = OperatorCounts(dropped={"null_key": 0})
         for r in rows:
+            if r[f"st_{i}"] is not None and r["task"] is not None:
+                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1), r[f"st_{i}"])
             counts.records_in += r[f"in_{i}"]
             counts.contributing += r[f"contrib_{i}"]
             counts.late_pairs += int(r[f"late_{i}"] or 0)
             counts.dropped["null_key"] = counts.dropped.get("null_key", 0) + r[f"nullkey_{i}"]
         counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
         summary.operators[op.name] = counts
+
+
+def _check_one_topic_per_source(rows: list[Any]) -> None:
+    """A source is one topic: its partitions are the task's queues (several topics need several sources)."""
+    topics: dict[str, set[str]] = {}
+    for r in rows:
+        topics.setdefault(r["source"], set()).update(r["topics"] or [])
+    for source, names in topics.items():
+        if len(names) > 1:
+            raise SourceError(f"sources.{source}: holds records of several topics ({', '.join(sorted(names))}); "
+                              "a source is one topic: declare one source per topic (filter the table by topic)")
 
 
 def _raise_fatal(ordered: DataFrame) -> None:
@@ -267,7 +282,7 @@ def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
 
 
 def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult], ledger: DataFrame,
-             summary: RunSummary) -> None:
+             summary: RunSummary, ordered: DataFrame) -> None:
     hook = _fault_hook
     for op in plan.operators:
         result = results[op.name]
@@ -280,7 +295,7 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
             continue
         sink = plan.job.spec.sinks[op.name]
         if plan.job.spec.operator(op.name).aggregate.emit == "final":  # type: ignore[union-attr]
-            _check_unique(output, op.name)
+            _check_unique(ordered, op.name, plan.job.spec.operator(op.name).inputs[0])
         written = write_output(spark, output, sink.format, op.sink, column="window_start", start=plan.start,
                                end=plan.end, metadata=_commit_metadata(plan, summary, op.name), before_commit=hook)
         summary.operators[op.name].outputs = written["rows"]
@@ -294,13 +309,14 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
             metadata=_commit_metadata(plan, summary, "_ledger"), before_commit=hook)
 
 
-def _check_unique(output: DataFrame, name: str) -> None:
-    dupes = output.groupBy("key", "window_start").count().where("count > 1").limit(1).collect()
-    if dupes:
-        d = dupes[0]
-        raise PublishError(f"operators.{name}: final output has {d['count']} rows for key {d['key']!r} window "
-                           f"{d['window_start']} (the key occurs in several partitions, so several tasks kept a "
-                           "window for it); nothing was published")
+def _check_unique(ordered: DataFrame, name: str, source: str) -> None:
+    """(key, window_start) is unique in final output iff every key lives in one task (one partition)."""
+    spread = (ordered.where((F.col("source") == source) & F.col("key").isNotNull() & F.col("_drop").isNull())
+              .groupBy("key").agg(F.countDistinct("task").alias("tasks")).where("tasks > 1").limit(1).collect())
+    if spread:
+        raise PublishError(f"operators.{name}: key {spread[0]['key']!r} occurs in {spread[0]['tasks']} partitions, "
+                           "so several tasks kept a window for it and the final output would not be unique per "
+                           "(key, window_start); nothing was published")
 
 
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:

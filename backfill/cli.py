@@ -1,4 +1,4 @@
-"""The `backfill` command: plan, run, demo (verify and diff come with their issue).
+"""The `backfill` command: plan, run, inspect, verify, diff, demo.
 
 Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
 """
@@ -185,11 +185,100 @@ def demo(profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
         run_demo(out, err, profile=profile, as_json=as_json)
 
 
+AgainstOpt = Annotated[Optional[list[str]], typer.Option(
+    "--against", help="OPERATOR=TABLE_OR_PATH: the streaming output of an operator (Delta, parquet or jsonl; "
+    "path@version for a Delta version). Repeat for several operators.")]
+MapOpt = Annotated[Optional[list[str]], typer.Option(
+    "--map", help="col=source_col: our column name = the streaming output's column. Repeatable.")]
+ToleranceOpt = Annotated[Optional[list[str]], typer.Option(
+    "--tolerance", help="col=abs:0.01, col=rel:1e-6 or col=abs:0.01,rel:1e-6. Repeatable.")]
+ReportOpt = Annotated[Optional[Path], typer.Option(
+    "--report", help="Report folder (index.html, report.json); default reports/<job>-<timestamp>/.")]
+
+
 @app.command()
-def verify(job: JobArg) -> None:
-    """Reconcile the backfill's output with the streaming application's real output (not implemented yet)."""
+def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, tolerance: ToleranceOpt = None,
+           report: ReportOpt = None, run_first: Annotated[bool, typer.Option(
+               "--run", help="Run the job first (same range), then verify what it published.")] = False,
+           start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+    """Reconcile the backfill's published output with the streaming application's output, with causes."""
+    from backfill.plan.builder import build_plan
+    from backfill.spec import load_job
+    from backfill.verify.reconcile import parse_tolerances
+    from backfill.verify.runner import default_report_dir, targets_for, verify_plan
+
     with handled():
-        raise SpecError("backfill verify is not implemented yet (issue: Verify); use backfill run and compare")
+        lo, hi = parse_instant(start, "--start"), parse_instant(end, "--end")
+        the_plan = build_plan(load_job(job), lo, hi)
+        targets = targets_for(the_plan, against or [])
+        mapping = _pairs(maps or [], "--map", "col=source_col")
+        tolerances = parse_tolerances(tolerance or [])
+        folder = report or default_report_dir(the_plan.job.spec.name)
+        summary = execute(job, lo, hi, profile, "spark", quiet=as_json) if run_first else None
+        from backfill.session import get_spark
+
+        with _status("verifying", as_json) as progress:
+            outcome = verify_plan(get_spark(profile), the_plan, targets, mapping, tolerances, folder, progress,
+                                  run=summary)
+        _finish(outcome, as_json)
+
+
+@app.command()
+def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or path@version.", show_default=False)],
+         new: Annotated[str, typer.Argument(help="The new output: table path, or path@version.", show_default=False)],
+         on: Annotated[list[str], typer.Option("--on", help="Key columns (comma-separated or repeated).")],
+         tolerance: ToleranceOpt = None, report: ReportOpt = None, profile: ProfileOpt = None,
+         as_json: JsonOpt = False) -> None:
+    """Compare two outputs by key (reprocessing after a logic change): same comparison and report, no causes."""
+    from backfill.verify.reconcile import parse_tolerances
+    from backfill.verify.runner import default_report_dir, diff_tables
+
+    with handled():
+        keys = [c for item in on for c in item.split(",")]
+        folder = report or default_report_dir("diff")
+        from backfill.session import get_spark
+
+        with _status("comparing", as_json) as progress:
+            outcome = diff_tables(get_spark(profile), old, new, keys, parse_tolerances(tolerance or []), folder,
+                                  progress)
+        _finish(outcome, as_json)
+
+
+def _pairs(items: list[str], option: str, shape: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise SpecError(f"{option} {item!r}: use {shape}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+@contextmanager
+def _status(what: str, quiet: bool) -> Iterator[Any]:
+    """A spinner on a terminal, dim progress lines otherwise, nothing with --json."""
+    if quiet:
+        yield lambda _: None
+    elif sys.stderr.isatty():
+        with err.status(what, spinner="dots") as status:
+            yield status.update
+    else:
+        yield lambda stage: err.print(f"[dim]- {stage}[/]", highlight=False)
+
+
+def _finish(outcome: Any, as_json: bool) -> None:
+    """Write the report, print the verdict, exit 0 (matched or explained) or 1."""
+    from backfill.verify.report import write_report
+
+    page = write_report(outcome)
+    if as_json:
+        print(json.dumps(outcome.to_json(), indent=2, default=str))
+    else:
+        from backfill.report import print_verification
+
+        print_verification(out, outcome, page)
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 def main() -> None:

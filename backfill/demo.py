@@ -32,6 +32,8 @@ WORK_DIR = "demo-output"
 SOURCE = "data/bronze/clicks"
 LEDGER = "data/ledger/clicks"
 GOLD = "data/gold"
+STREAM = "data/stream/clicks_per_user_1m"  # the simulated streaming output (backfill/verify/sample.py)
+STREAM_OPERATOR = "clicks_per_user_1m"
 EXAMPLES = 5
 
 ARCHIVE_SCHEMA = pa.schema([
@@ -135,13 +137,27 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
     summary = execute(job, None, None, profile, "spark", quiet=as_json)
     ledger = _read_delta(work / LEDGER).to_pylist()
     windows = _windows(job)
+    stream = stream_sample(work, job)
     if as_json:
         print(json.dumps({"sample": sample, "summary": summary, "ledger": _reason_counts(ledger),
-                          "late_examples": _examples(ledger, windows), "outputs": _outputs(summary)},
-                         indent=2, default=str))
+                          "late_examples": _examples(ledger, windows), "outputs": _outputs(summary),
+                          "stream_sample": stream}, indent=2, default=str))
         return
     print_summary(out, summary)
     explain_drops(out, summary, ledger, windows)
+    out.print(f"A simulated streaming output of {STREAM_OPERATOR} (with a few restarts, duplicates and windows "
+              f"still open at the archive's end) is in {WORK_DIR}/{STREAM}; check the backfill against it with "
+              f"[bold]backfill verify {WORK_DIR}/jobs/demo.yaml --against {STREAM_OPERATOR}={WORK_DIR}/{STREAM}[/]",
+              highlight=False)
+
+
+def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
+    """The bundled "streaming output" of the 1m operator, simulated from the same input (verify/sample.py)."""
+    from backfill.verify.sample import write_stream_sample
+
+    if (work / STREAM / "_delta_log").is_dir():
+        return None
+    return write_stream_sample(job, STREAM_OPERATOR, work / STREAM)
 
 
 def install_job(work: Path) -> Path:

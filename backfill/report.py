@@ -35,3 +35,25 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"  {name} -> {sink['path']} ({sink['rows']:,} rows{version})", highlight=False)
     console.print(f"{summary['records_in']:,} records in {summary['duration_s']:.1f} s "
                   f"({summary['records_per_s']:,.0f} records/s); every record accounted for", highlight=False)
+
+
+def print_verification(console: Console, outcome: Any, page: Any) -> None:
+    """Verdict, counts per category and cause, expectations, and where the report is."""
+    style = {"match": "green", "explained": "blue", "differences": "red"}[outcome.verdict]
+    console.print(f"[bold {style}]verdict: {outcome.verdict}[/] ({outcome.mode}, {outcome.duration_s:.1f} s)",
+                  highlight=False)
+    table = Table("operator", *outcome.sections[0].counts.keys(), box=None) if outcome.sections else None
+    for s in outcome.sections:
+        assert table is not None
+        table.add_row(s.name, *[f"{n:,}" for n in s.counts.values()])
+    if table is not None:
+        console.print(table)
+    if outcome.causes is not None:
+        causes = ", ".join(f"{c} {n:,}" for c, n in outcome.causes.items() if n) or "none needed"
+        console.print(f"causes: {causes}", highlight=False)
+    suites = [e for s in outcome.sections for e in s.expectations]
+    suites += list((outcome.run or {}).get("expectations", {}).values())
+    failed = [e["name"] for e in suites if not e["success"]]
+    console.print(f"expectations: {len(suites) - len(failed)} of {len(suites)} suites passed"
+                  + (f" (failed: {', '.join(failed)})" if failed else ""), highlight=False)
+    console.print(f"report: {page}", highlight=False)

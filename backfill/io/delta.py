@@ -283,10 +283,16 @@ def replace_range(
     end: int | None,
     metadata: dict[str, str] | None = None,
     before_commit: Callable[[], None] | None = None,
+    audit: Callable[[DataFrame], None] | None = None,
 ) -> PublishResult:
-    """Write-audit-publish: replace the rows with start <= column < end by df's rows in ONE Delta commit."""
+    """Write-audit-publish: replace the rows with start <= column < end by df's rows in ONE Delta commit.
+
+    `audit` receives the staged rows (exactly what the commit would add) and may raise to stop the commit.
+    """
     _check_range_args(df, path, column, start, end)
     if delta_spark_available(spark):
+        if audit is not None:
+            audit(df)  # delta-spark stages and commits in one call: audit the rows about to be written
         return _replace_with_delta_spark(spark, df, path, column, start, end, metadata, before_commit)
     table = _try_open(path)
     if table is not None:
@@ -301,6 +307,8 @@ def replace_range(
         if table is not None:
             removes, straddling = _plan_removals(table, column, start, end)
             carried = _stage_carry_over(spark, straddling, schema, path, column, start, end)
+        if audit is not None:
+            audit(staged_frame(spark, written, df.schema))
         if before_commit is not None:
             before_commit()  # callers audit here; raising leaves the table untouched
     except BaseException:
@@ -309,6 +317,13 @@ def replace_range(
     version = _publish(table, path, schema, written + carried, removes, metadata)
     rows = sum(f.num_rows for f in written)
     return PublishResult(version, rows, len(written) + len(carried), len(removes), sum(f.num_rows for f in carried))
+
+
+def staged_frame(spark: SparkSession, staged: list[_StagedFile], schema: T.StructType) -> DataFrame:
+    """The rows of staged (written, not yet committed) files, as Spark reads them back."""
+    if not staged:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*[f.full_path for f in staged])
 
 
 def _check_range_args(df: DataFrame, path: str, column: str, start: int | None, end: int | None) -> None:

@@ -15,13 +15,17 @@ from backfill.errors import PublishError
 
 def write_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, column: str,
                  start: int | None, end: int | None, metadata: dict[str, str],
-                 before_commit: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Publish `df` to a sink; Delta replaces rows with `column` in [start, end), files are replaced whole."""
+                 before_commit: Callable[[], None] | None = None,
+                 audit: Callable[[DataFrame], None] | None = None) -> dict[str, Any]:
+    """Publish `df` to a sink; Delta replaces rows with `column` in [start, end), files are replaced whole.
+
+    `audit` gets the staged rows before the commit (or the swap) and may raise to stop the publish.
+    """
     if fmt == "delta":
         from backfill.io.delta import replace_range
 
         result = replace_range(spark, df, path, column=column, start=start, end=end, metadata=metadata,
-                               before_commit=before_commit)
+                               before_commit=before_commit, audit=audit)
         return {"format": fmt, "path": path, "rows": result.rows_written, "version": result.version,
                 "files_added": result.files_added, "files_removed": result.files_removed}
     staging = f"{path.rstrip('/')}.staging-{uuid.uuid4().hex[:8]}"
@@ -33,6 +37,8 @@ def write_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, col
             (df.coalesce(1) if path.endswith(".jsonl") else df).write.mode("error") \
                 .option("ignoreNullFields", "false").json(staging)
         rows = _count_rows(spark, staging, fmt)
+        if audit is not None:
+            audit(_staged(spark, staging, fmt, df))
         if before_commit is not None:
             before_commit()
         _swap(staging, path, single_file=fmt == "jsonl" and path.endswith(".jsonl"))
@@ -41,6 +47,14 @@ def write_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, col
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {"format": fmt, "path": path, "rows": rows}
+
+
+def _staged(spark: SparkSession, folder: str, fmt: str, df: DataFrame) -> DataFrame:
+    """The staged rows read back with the output's schema (what the swap would publish)."""
+    if not glob.glob(f"{folder}/part-*"):
+        return spark.createDataFrame([], df.schema)
+    reader = spark.read.schema(df.schema)
+    return reader.parquet(folder) if fmt == "parquet" else reader.json(folder)
 
 
 def _count_rows(spark: SparkSession, folder: str, fmt: str) -> int:

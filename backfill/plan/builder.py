@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from backfill.errors import SpecError
+from backfill.ops.windows import JoinWindows
 from backfill.plan.definition import OperatorPlan, Plan, SourcePlan
 from backfill.spec.durations import format_duration
 from backfill.spec.load import Job
@@ -37,11 +38,7 @@ def _runs_location(job: Job) -> str:
 def _operator_plan(job: Job, op: OperatorSpec, start: int | None, end: int | None) -> OperatorPlan:
     sink = job.resolve(job.spec.sinks[op.name].path) if op.name in job.spec.sinks else None
     if op.aggregate is None:
-        assert op.join is not None
-        w = op.join.window
-        return OperatorPlan(name=op.name, kind="join", inputs=tuple(op.inputs), emit="updates", sink=sink,
-                            window=f"join before {format_duration(w.before)} after {format_duration(w.after)}",
-                            implemented=False, not_implemented_reason="stream-stream joins are not implemented yet")
+        return _join_plan(job, op, sink, start, end)
     spec = op.aggregate
     w = spec.window
     if w.type in ("sliding", "session"):
@@ -66,6 +63,36 @@ def _operator_plan(job: Job, op: OperatorSpec, start: int | None, end: int | Non
                         close_time=close, why=tuple(why))
 
 
+def _join_plan(job: Job, op: OperatorSpec, sink: str | None, start: int | None, end: int | None) -> OperatorPlan:
+    """A stream-stream join: co-partitioned inputs, warm-up from before/after/grace, no cool-down cut."""
+    spec = op.join
+    assert spec is not None
+    w = JoinWindows.of(spec)
+    text = (f"{spec.how} join before {format_duration(w.before)} after {format_duration(w.after)} grace "
+            f"{format_duration(w.grace)}" + (" (eager: spurious-result fix off)" if w.eager else ""))
+    base = {"name": op.name, "kind": "join", "inputs": tuple(op.inputs), "window": text, "emit": "updates",
+            "sink": sink}
+    if spec.left == spec.right:
+        return OperatorPlan(**base, implemented=False, not_implemented_reason=(
+            "self-joins (left and right the same source) are not implemented; declare the topic twice"))
+    formats = {s: job.spec.sources[s].key.format for s in op.inputs}
+    if len(set(formats.values())) > 1:
+        raise SpecError(f"{job.path}: operators.{op.name}.join: key formats differ ({spec.left}: "
+                        f"{formats[spec.left]}, {spec.right}: {formats[spec.right]}); co-partitioned join inputs "
+                        "share one key serde")
+    # a result at ts >= start pairs records >= start - max(before, after); one retention more lets the
+    # outer store settle (its emission heuristic depends on history, kafka-streams.md 10.4 step 1)
+    warmup = max(w.before, w.after, 0) + w.retention
+    why = []
+    if start is not None:
+        why.append(f"warm-up: records with timestamp >= {start - warmup} are read (max(before, after) + before + "
+                   "after + grace before --start): both records of every result at or after --start")
+    if end is not None:
+        why.append("cool-down: every record after --end is read: a join has no lateness cut-off (a late record "
+                   "still joins what the other store retains, kafka-streams.md 10.2)")
+    return OperatorPlan(**base, warmup_ms=warmup, why=tuple(why))
+
+
 def _source_plan(job: Job, name: str, rank: int, operators: tuple[OperatorPlan, ...],
                  start: int | None, end: int | None) -> SourcePlan:
     spec = job.spec.sources[name]
@@ -76,5 +103,6 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[OperatorPlan, 
     return SourcePlan(name=name, format=spec.format, location=location, rank=rank, timestamp=ts,
                       on_invalid=spec.timestamp.on_invalid,
                       order=f"recorded order ({spec.order_by})" if spec.order_by else "flow control (merge by head timestamp)",
-                      read_from=start if readers else None,
-                      read_until=max(closes) if closes and end is not None else None)
+                      read_from=start - max(op.warmup_ms for op in readers) if readers and start is not None else None,
+                      read_until=None if any(op.kind == "join" for op in readers) else
+                      max(closes) if closes and end is not None else None)

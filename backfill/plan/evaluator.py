@@ -21,11 +21,13 @@ from backfill.io.sinks import write_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.aggregate import AggregateResult, aggregate, late_windows, reaches
+from backfill.ops.join import JoinResult, join, stream_time_columns
 from backfill.ops.windows import TimeWindows
-from backfill.order.tasks import order_records
+from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
 from backfill.spec.models import OperatorSpec
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
+from backfill.verify.expectations import PublishChecks
 
 Progress = Callable[[str], None]
 
@@ -41,6 +43,7 @@ class OperatorCounts:
     outputs: int = 0
     incomplete_windows: int = 0
     final_stream_time: dict[int, int] = field(default_factory=dict)
+    kind: str = "aggregate"
 
     @property
     def balanced(self) -> bool:
@@ -65,6 +68,7 @@ class RunSummary:
     ledger_rows: int = 0
     inputs: dict[str, Any] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
+    expectations: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
     code_version: str = __version__
 
@@ -98,26 +102,39 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     records = _read_all(plan, spark, summary)
     progress("ordering records per task")
     ops = plan.job.spec.operators
-    st_cols = {_st(i): reaches(op) for i, op in enumerate(ops)}
+    st_cols = _stream_times(ops)
     ordered = order_records(records, st_cols, given_order=_given_order(plan), single_queue=len(plan.sources) == 1)
-    ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        progress("checking records")
-        _record_stats(plan, ordered, summary)
-        processed = _cut_cooldown(plan, ordered)
-        progress("aggregating")
-        results = {op.name: aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time)
-                   for i, op in enumerate(ops)}
-        ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
-        _check_ledger(ledger, summary)
-        progress("publishing")
-        _publish(plan, spark, results, ledger, summary, ordered)
-        ledger.unpersist()
-    finally:
-        ordered.unpersist()
+    # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
+    # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache)
+    ordered = ordered.localCheckpoint(eager=False)
+    _run_operators(plan, spark, ordered, summary, progress)
     summary.duration_s = round(time.time() - started, 3)
     _append_manifest(plan, spark, summary)
     return summary
+
+
+def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
+                   progress: Progress) -> None:
+    """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails)."""
+    ops = plan.job.spec.operators
+    progress("checking records")
+    _record_stats(plan, ordered, summary)
+    processed = _cut_cooldown(plan, ordered)
+    progress("aggregating")
+    results = {op.name: join(op, processed, _st(i)) if op.kind == "join" else
+               aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time)
+               for i, op in enumerate(ops)}
+    # the ledger is small (late records only) and read three times: count, check, write
+    ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        _check_ledger(ledger, summary)
+        progress("publishing")
+        _publish(plan, spark, results, ledger, summary, ordered)
+    finally:
+        ledger.unpersist()
+        for result in results.values():
+            for frame in getattr(result, "cached", ()):
+                frame.unpersist()
 
 
 def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
@@ -125,7 +142,7 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
     records = _read_all(plan, spark, summary)
     ops = plan.job.spec.operators
-    ordered = order_records(records, {_st(i): reaches(op) for i, op in enumerate(ops)}, _given_order(plan),
+    ordered = order_records(records, _stream_times(ops), _given_order(plan),
                             single_queue=len(plan.sources) == 1)
     kept = _cut_cooldown(plan, ordered).where(F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
@@ -134,6 +151,14 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
 
 def _st(i: int) -> str:
     return f"_st_{i}"
+
+
+def _stream_times(ops: list[OperatorSpec]) -> dict[str, Column]:
+    """Stream-time columns: one per aggregate; join stream time and both store times per join."""
+    cols: dict[str, Column] = {}
+    for i, op in enumerate(ops):
+        cols.update(stream_time_columns(op, _st(i)) if op.kind == "join" else {_st(i): reaches(op)})
+    return cols
 
 
 def _given_order(plan: Plan) -> bool:
@@ -154,11 +179,11 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame
         df = extract(read.records, spec.timestamp, sp.name)
         if spec.on_error == "fail":
             df = df.withColumn("_fatal", F.coalesce(F.col("_fatal"), F.col("_problem")))
+        bound = sp.read_from if sp.read_from is not None else plan.start
+        if bound is not None:  # warm-up bound; records without a timestamp stay for the ledger
+            df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(bound)))
         frames.append(df)
-    records = functools.reduce(DataFrame.unionByName, frames)
-    if plan.start is not None:  # warm-up bound; records without a timestamp stay for the ledger
-        records = records.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
-    return records
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def _window_counts(op: OperatorSpec, st: str) -> dict[str, Column]:
@@ -172,6 +197,9 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     cols: list[Column] = [F.count(F.lit(1)).alias("n"),
                           F.count(F.when(_beyond(plan), 1)).alias("beyond")]
     for i, op in enumerate(plan.job.spec.operators):
+        if op.kind == "join":
+            cols += _join_stat_columns(plan, op, i)
+            continue
         mine = (F.col("source") == op.inputs[0]) & F.col("_drop").isNull() & ~_beyond(plan)
         wc = _window_counts(op, _st(i))
         reach = mine & F.col("key").isNotNull()
@@ -186,6 +214,7 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     if fatal:
         _raise_fatal(ordered)
     _check_one_topic_per_source(rows)
+    _check_copartitioning(plan, rows)
     for r in rows:
         src = r["source"]
         summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
@@ -198,6 +227,9 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
         summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
             sum(summary.source_drops.get(src, {}).values())
     for i, op in enumerate(plan.job.spec.operators):
+        if op.kind == "join":
+            summary.operators[op.name] = _join_counts(rows, i)
+            continue
         counts = OperatorCounts(dropped={"null_key": 0})
         for r in rows:
             if r[f"st_{i}"] is not None and r["task"] is not None:
@@ -208,6 +240,40 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
             counts.dropped["null_key"] = counts.dropped.get("null_key", 0) + r[f"nullkey_{i}"]
         counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
         summary.operators[op.name] = counts
+
+
+def _join_stat_columns(plan: Plan, op: OperatorSpec, i: int) -> list[Column]:
+    """Records reaching a join and those it skips for a null key or value (kafka-streams.md 10.2 steps 2-3)."""
+    spec = op.join
+    assert spec is not None
+    mine = F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull() & ~_beyond(plan)
+    outer = {"inner": [], "left": [spec.left], "outer": [spec.left, spec.right]}[spec.how]
+    forwarded = (F.col("source").isin(*outer) if outer else F.lit(False)) & F.col("value").isNotNull()
+    return [F.count(F.when(mine, 1)).alias(f"in_{i}"),
+            F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(f"nullkey_{i}"),
+            F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)).alias(f"nullvalue_{i}")]
+
+
+def _join_counts(rows: list[Any], i: int) -> OperatorCounts:
+    """A join's inputs and null drops; `expired` and `contributing` follow from its ledger (_check_ledger)."""
+    counts = OperatorCounts(kind="join", dropped={"null_key": 0, "null_value": 0})
+    for r in rows:
+        counts.records_in += r[f"in_{i}"]
+        counts.dropped["null_key"] += r[f"nullkey_{i}"]
+        counts.dropped["null_value"] += r[f"nullvalue_{i}"]
+    return counts
+
+
+def _check_copartitioning(plan: Plan, rows: list[Any]) -> None:
+    """A join's inputs must have equal partition counts: declared `partitions:`, else max partition + 1."""
+    observed: dict[str, int] = {}
+    for r in rows:
+        if r["task"] is not None:
+            observed[r["source"]] = max(observed.get(r["source"], 0), r["task"] + 1)
+    for op in plan.job.spec.operators:
+        if op.kind == "join":
+            declared = {s: plan.job.spec.sources[s].partitions for s in op.inputs}
+            check_copartitioned({s: declared[s] or observed.get(s, 0) for s in op.inputs}, op.name)
 
 
 def _check_one_topic_per_source(rows: list[Any]) -> None:
@@ -260,7 +326,7 @@ def _in_range(plan: Plan, col: str) -> Column:
     return cond
 
 
-def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult]) -> DataFrame:
+def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult | JoinResult]) -> DataFrame:
     dropped = processed.where(F.col("_drop").isNotNull())
     reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)).otherwise(F.lit(INVALID_TIMESTAMP))
     source_rows = ledger_rows(dropped, reason=reason, detail=F.col("_problem"), timestamp=F.col("_raw_ts"),
@@ -274,6 +340,8 @@ def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
     for r in rows:
         summary.ledger[r["reason"]] = summary.ledger.get(r["reason"], 0) + r["count"]
     for name, counts in summary.operators.items():
+        if counts.kind == "join":
+            _balance_join(name, counts, {r["reason"]: r["count"] for r in rows if r["operator"] == name})
         late_rows = sum(r["count"] for r in rows if r["operator"] == name and r["reason"] == "late")
         if late_rows != counts.late_pairs or not counts.balanced:
             raise PublishError(f"operators.{name}: conservation check failed (late ledger rows {late_rows}, "
@@ -281,23 +349,40 @@ def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
                                f"{counts.contributing}, dropped {counts.dropped}); nothing was published")
 
 
-def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult], ledger: DataFrame,
+def _balance_join(name: str, counts: OperatorCounts, ledger: dict[str, int]) -> None:
+    """Null drops counted per record must all be in the ledger; the rest of a join's input contributed."""
+    for reason in ("null_key", "null_value"):
+        if ledger.get(reason, 0) != counts.dropped[reason]:
+            raise PublishError(f"operators.{name}: conservation check failed ({ledger.get(reason, 0)} {reason} "
+                               f"ledger rows, {counts.dropped[reason]} such records); nothing was published")
+    counts.dropped["expired"] = ledger.get("expired", 0)
+    counts.contributing = counts.records_in - sum(counts.dropped.values())
+
+
+def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult | JoinResult], ledger: DataFrame,
              summary: RunSummary, ordered: DataFrame) -> None:
     hook = _fault_hook
+    # great-expectations suites on what is about to be committed (verify/expectations.py); failing blocks it
+    checks = PublishChecks(spark, {op.name: op for op in plan.job.spec.operators}, summary.expectations)
+    checks.conservation(_conservation_rows(ledger, summary))
     for op in plan.operators:
         result = results[op.name]
-        output = result.output.where(_in_range(plan, "window_start"))
+        column = "ts" if op.kind == "join" else "window_start"  # a join row's range is its timestamp
+        output = result.output.where(_in_range(plan, column))
         if result.incomplete is not None:
             summary.operators[op.name].incomplete_windows = result.incomplete.where(
-                _in_range(plan, "window_start")).count()
+                _in_range(plan, column)).count()
         if op.sink is None:
             summary.operators[op.name].outputs = output.count()
             continue
         sink = plan.job.spec.sinks[op.name]
-        if plan.job.spec.operator(op.name).aggregate.emit == "final":  # type: ignore[union-attr]
+        agg = plan.job.spec.operator(op.name).aggregate
+        if agg is not None and agg.emit == "final":
             _check_unique(ordered, op.name, plan.job.spec.operator(op.name).inputs[0])
-        written = write_output(spark, output, sink.format, op.sink, column="window_start", start=plan.start,
-                               end=plan.end, metadata=_commit_metadata(plan, summary, op.name), before_commit=hook)
+        audit = checks.for_output(op.name, agg.emit) if agg is not None else None
+        written = write_output(spark, output, sink.format, op.sink, column=column, start=plan.start,
+                               end=plan.end, metadata=_commit_metadata(plan, summary, op.name), before_commit=hook,
+                               audit=audit)
         summary.operators[op.name].outputs = written["rows"]
         summary.sinks[op.name] = written
     in_range = ledger.where(_in_range(plan, "range_time"))
@@ -307,6 +392,15 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
         summary.sinks["_ledger"] = write_output(
             spark, in_range, sink.format, plan.ledger_sink, column="range_time", start=plan.start, end=plan.end,
             metadata=_commit_metadata(plan, summary, "_ledger"), before_commit=hook)
+
+
+def _conservation_rows(ledger: DataFrame, summary: RunSummary) -> list[dict[str, Any]]:
+    """Per operator: records in, contributing + dropped, late ledger rows, late pairs (the ledger suite's table)."""
+    late = {r["operator"]: r["count"] for r in
+            ledger.where(F.col("reason") == "late").groupBy("operator").count().collect()}
+    return [{"operator": name, "records_in": c.records_in, "accounted": c.contributing + sum(c.dropped.values()),
+             "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs}
+            for name, c in summary.operators.items()]
 
 
 def _check_unique(ordered: DataFrame, name: str, source: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from backfill.errors import NotImplementedYet, SourceError
 from backfill.ops.windows import TimeWindows
+from backfill.order.tasks import check_copartitioned
 from backfill.plan.definition import Plan
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.records import read_records
@@ -203,6 +204,7 @@ def run_reference(plan: Plan) -> ReferenceResult:
             raise NotImplementedYet(f"operators.{op.name}: {op.not_implemented_reason}")
         result.outputs[op.name], result.incomplete[op.name] = [], []
     queues_by_task: dict[int, list[Queue]] = defaultdict(list)
+    partitions: dict[str, int] = {}
     for sp in plan.sources:
         spec = job.spec.sources[sp.name]
         records = read_records(job, sp.name)
@@ -218,9 +220,13 @@ def run_reference(plan: Plan) -> ReferenceResult:
         for rec in records:
             if rec["partition"] is not None and rec["offset"] is not None:
                 by_partition[(rec["topic"], rec["partition"])].append(rec)
+        partitions[sp.name] = spec.partitions or max((p + 1 for _, p in by_partition), default=0)
         for (_, partition), recs in sorted(by_partition.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
             queues_by_task[partition].append(Queue(sp.name, sp.rank, recs, spec.timestamp, spec.on_error, result,
                                                    sp.read_from, sp.read_until, given_order=bool(spec.order_by)))
+    for op in job.spec.operators:
+        if op.kind == "join":  # co-partitioned inputs (declared `partitions:`, else max partition + 1)
+            check_copartitioned({s: partitions.get(s, 0) for s in op.inputs}, op.name)
     for task in sorted(queues_by_task):
         _run_task(plan, task, queues_by_task[task], result)
     _apply_range(plan, result)
@@ -230,7 +236,7 @@ def run_reference(plan: Plan) -> ReferenceResult:
 
 def _run_task(plan: Plan, task: int, queues: list[Queue], result: ReferenceResult) -> None:
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank)."""
-    ops = {op.name: WindowAggregate(op, task, result) for op in plan.job.spec.operators}
+    ops = {op.name: _processor(op, task, result) for op in plan.job.spec.operators}
     seq = 0
     order = result.order.setdefault(task, [])
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
@@ -244,6 +250,15 @@ def _run_task(plan: Plan, task: int, queues: list[Queue], result: ReferenceResul
                          for name, agg in ops.items()}})
     for agg in ops.values():
         agg.finish()
+
+
+def _processor(op: OperatorSpec, task: int, result: ReferenceResult) -> Any:
+    """One operator instance per task, by kind."""
+    if op.kind == "join":
+        from backfill.reference.join import StreamJoin  # it reuses this module's ledger rows
+
+        return StreamJoin(op, task, result)
+    return WindowAggregate(op, task, result)
 
 
 def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[str, Any]]]:
@@ -271,6 +286,7 @@ def _apply_range(plan: Plan, result: ReferenceResult) -> None:
         return (plan.start is None or v >= plan.start) and (plan.end is None or v < plan.end)
 
     for name in result.outputs:
-        result.outputs[name] = [r for r in result.outputs[name] if inside(r["window_start"])]
-        result.incomplete[name] = [r for r in result.incomplete[name] if inside(r["window_start"])]
+        column = "ts" if plan.job.spec.operator(name).kind == "join" else "window_start"  # a join row: its ts
+        result.outputs[name] = [r for r in result.outputs[name] if inside(r[column])]
+        result.incomplete[name] = [r for r in result.incomplete[name] if inside(r[column])]
     result.ledger = [r for r in result.ledger if inside(r["range_time"])]

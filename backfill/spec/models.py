@@ -245,12 +245,21 @@ class SinkSpec(Strict):
     path: str
 
 
+class VerifySpec(Strict):
+    """How `backfill verify` reads the streaming output of one operator (CLI options override)."""
+
+    against: str | None = None  # table, path or path@version, relative to the job file
+    columns: dict[str, str] = {}  # our column: the streaming output's column (--map col=source_col)
+    tolerance: dict[str, str] = {}  # column: abs:0.01 | rel:1e-6 | abs:0.01,rel:1e-6 (--tolerance)
+
+
 class JobSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     semantics: Literal["kafka-streams", "flink"] = "kafka-streams"
     sources: dict[str, SourceSpec] = Field(min_length=1)
     operators: list[OperatorSpec] = Field(min_length=1)
     sinks: dict[str, SinkSpec] = {}
+    verify: dict[str, VerifySpec] = {}
 
     @model_validator(mode="after")
     def _references(self) -> JobSpec:
@@ -268,6 +277,9 @@ class JobSpec(Strict):
             if sink not in allowed:
                 raise ValueError(f"@sinks.{sink}: no operator of that name; sinks are named after an operator, "
                                  f"_ledger or _runs ({', '.join(sorted(allowed))})")
+        for name in self.verify:
+            if name not in names:
+                raise ValueError(f"@verify.{name}: no operator of that name ({', '.join(names)})")
         return self
 
     def operator(self, name: str) -> OperatorSpec:

@@ -64,3 +64,43 @@ sinks:
   _ledger: {{format: jsonl, path: out/ledger.jsonl}}
   _runs: {{format: jsonl, path: out/runs.jsonl}}
 """
+
+
+JOINER = "concat(coalesce(cast(left.value as string), 'null'), '+', coalesce(cast(right.value as string), 'null'))"
+
+
+def sided_timeline(inputs: list[dict[str, Any]], partition: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Example inputs with `side` -> left/right JSONL records; `seq` keeps the example's processing order."""
+    out: dict[str, list[dict[str, Any]]] = {"left": [], "right": []}
+    for seq, r in enumerate(x for x in inputs if "side" in x):
+        rows = out[r["side"]]
+        rows.append({"topic": r["side"], "partition": partition, "offset": len(rows),
+                     "key": None if r["key"] is None else str(r["key"]),
+                     "value": None if r["value"] is None else str(r["value"]),
+                     "timestamp": r["ts"] if r["ts"] != "auto" else 0, "seq": seq})
+    return out
+
+
+def join_job(how: str, window: str, *, key_format: str = "long", eager: bool = False, value: str = JOINER,
+             order_by: str = "order_by: seq, ", partitions: int = 1) -> str:
+    """A two-source, one-join job writing JSONL sinks under out/ (processing order from `seq`)."""
+    sources = "".join(
+        f"  {side}: {{format: jsonl, path: inputs/{side}.jsonl, key: {{format: {key_format}}}, {order_by}"
+        f"partitions: {partitions}}}\n" for side in ("left", "right"))
+    return f"""
+name: golden-join
+sources:
+{sources}operators:
+  - name: j
+    join:
+      left: left
+      right: right
+      how: {how}
+      window: {window}
+      eager: {str(eager).lower()}
+      value: "{value}"
+sinks:
+  j: {{format: jsonl, path: out/j.jsonl}}
+  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
+  _runs: {{format: jsonl, path: out/runs.jsonl}}
+"""

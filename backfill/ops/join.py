@@ -1,0 +1,321 @@
+"""Stream-stream joins (kafka-streams.md 3.4, 9, 10, 11) on records already in task order.
+
+Set-based where the rule allows it. A pair (l, r) of equal key in one task is emitted when the later of
+the two in task order (`seq`) is processed, iff the earlier lies in the later one's [from, to] (10.1) and is
+still retained by its window store: ts > storeST - R, storeST being the running max of that store's writes
+in task order (9). Pairs come from a range join on (task, key, time bucket) whose condition carries the
+bounds and the retention, so a hot key costs about the pairs it emits, never its cross product.
+Non-joined rows of left/outer joins emitted at once (fix disabled, `to < ST_j`, null keys; 10.2) are
+set-based too. The rows that wait in the outer store depend on the sequence of triggers (t == ST_j), the
+minTime heuristic and the outer-store order (10.3, 10.4): a small per-task kernel replays only those.
+The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable from data, 14.2).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import sqlglot
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from sqlglot import exp
+
+from backfill.errors import SpecError
+from backfill.ledger import NULL_KEY, ledger_rows
+from backfill.ops.windows import LEFT, RIGHT, JoinWindows
+from backfill.spec.models import JoinSpec, OperatorSpec
+
+NULL_VALUE = "null_value"
+EXPIRED = "expired"
+# emission phases of one processed record: closed outer-store rows, joined pairs, its own non-joined row
+TRIGGERED, JOINED, IMMEDIATE = 0, 1, 2
+STRIDE = 2**31  # emit_seq = seq * 2^31 + phase base + position in the phase (gaps allowed)
+PHASE_BASE = (0, 2**30, STRIDE - 1)
+JAVA_MAX = 2**63 - 1
+JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
+KERNEL_SCHEMA = "task int, out_seq long, phase int, idx long, seq long"
+
+
+def emit_seq(out_seq: int, phase: int, idx: int) -> int:
+    """Emission order in a task: the processed record's seq, then the phase, then the position in it."""
+    return out_seq * STRIDE + PHASE_BASE[phase] + idx
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """What one join produced (lazy DataFrames); `cached` frames are released after publishing."""
+
+    output: DataFrame
+    ledger: DataFrame
+    incomplete: DataFrame | None
+    cached: tuple[DataFrame, ...] = ()
+
+
+def outer_sides(spec: JoinSpec) -> tuple[int, ...]:
+    """Sides whose unmatched records give non-joined results (10.1 "outer side")."""
+    return {"inner": (), "left": (LEFT,), "outer": (LEFT, RIGHT)}[spec.how]
+
+
+def stream_time_columns(op: OperatorSpec, st: str) -> dict[str, Column]:
+    """ST_j over every record of either side (10.2 step 1) and each window store's time over its writes (9)."""
+    spec = op.join
+    assert spec is not None
+    live = F.col("_drop").isNull()
+    written = live & F.col("key").isNotNull() & F.col("value").isNotNull()  # null puts are ignored (9)
+    return {st: live & F.col("source").isin(spec.left, spec.right),
+            f"{st}_l": written & (F.col("source") == spec.left),
+            f"{st}_r": written & (F.col("source") == spec.right)}
+
+
+def joiner_sql(sql: str, where: str) -> str:
+    """Check that the joiner only reads key, left.* and right.* (the two records, null when unmatched)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        raise SpecError(f"{where}: {sql!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
+    lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
+    for col in tree.find_all(exp.Column):
+        parts = [p.name for p in col.parts]
+        if parts[0] in lambdas:
+            continue
+        ok = parts[0] == "key" and len(parts) == 1 or parts[0] in ("left", "right") and (
+            len(parts) == 1 or parts[1] in JOINER_FIELDS)
+        if not ok:
+            raise SpecError(f"{where}: {'.'.join(parts)!r} is not in scope; a joiner reads key, left.<f> and "
+                            f"right.<f> with <f> one of {', '.join(JOINER_FIELDS)}")
+    return sql
+
+
+def join(op: OperatorSpec, ordered: DataFrame, st: str) -> JoinResult:
+    """Run one stream-stream join over task-ordered records; `st` names its join stream-time column."""
+    spec = op.join
+    assert spec is not None
+    w = JoinWindows.of(spec)
+    joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
+    # the task order is re-derived per action upstream; every branch below reads this one projection
+    recs = _records(ordered, spec, st, w).persist(StorageLevel.MEMORY_AND_DISK)
+    joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
+    pairs = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True))
+    null_rows = _non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull() & F.col("_outer")),
+                            F.col("seq"), IMMEDIATE)
+    ledger = _null_ledger(recs, op.name)
+    cached: tuple[DataFrame, ...] = (recs,)
+    incomplete = None
+    if not outer_sides(spec):
+        flags = joinable.join(_matched_refused(joinable, w), ["task", "seq"], "left")
+        rows = pairs.unionByName(null_rows)
+    else:
+        flags = joinable.join(_summary(_pair_join(joinable, joinable, w, "both", wide=False)),
+                              ["task", "seq"], "left").persist(StorageLevel.MEMORY_AND_DISK)
+        lone = flags.where(F.col("_outer") & ~F.coalesce(F.col("matched"), F.lit(False)))
+        now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
+        rows = pairs.unionByName(null_rows).unionByName(_non_joined(now, F.col("seq"), IMMEDIATE))
+        cached += (flags,)
+        if not w.eager:
+            kernel = _outer_store(flags, w).persist(StorageLevel.MEMORY_AND_DISK)
+            waited = flags.join(kernel, ["task", "seq"])
+            rows = rows.unionByName(_non_joined(waited.where(F.col("out_seq").isNotNull()), F.col("out_seq"),
+                                                TRIGGERED, F.col("idx")))
+            incomplete = waited.where(F.col("out_seq").isNull()).select("key", "ts", "task", "seq")
+            cached += (kernel,)
+    expired = flags.where(~F.col("_outer") & F.col("_refused") & ~F.coalesce(F.col("matched"), F.lit(False)))
+    ledger = ledger.unionByName(ledger_rows(expired, reason=EXPIRED, operator=op.name,
+                                            stream_time=F.col("_sst_own"), range_time=F.col("ts")))
+    output = rows.select("key", F.expr(joiner).alias("value"), "ts",
+                         _emit_seq_col(F.col("_out_seq"), F.col("_phase"), F.col("_idx")).alias("emit_seq"), "task")
+    return JoinResult(output=output, ledger=ledger, incomplete=incomplete, cached=cached)
+
+
+def _records(ordered: DataFrame, spec: JoinSpec, st: str, w: JoinWindows) -> DataFrame:
+    """Both inputs with side, outer flag, ST_j, the stores' times, `to` and whether the write is refused."""
+    side = F.when(F.col("source") == spec.left, F.lit(LEFT)).otherwise(F.lit(RIGHT))
+    own = F.when(side == LEFT, F.col(f"{st}_l")).otherwise(F.col(f"{st}_r"))
+    other = F.when(side == LEFT, F.col(f"{st}_r")).otherwise(F.col(f"{st}_l"))
+    ahead = F.when(side == LEFT, F.lit(w.after)).otherwise(F.lit(w.before))
+    outer = side.isin(*outer_sides(spec)) if outer_sides(spec) else F.lit(False)
+    return ordered.where(F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull()).select(
+        "task", "seq", "source", "topic", "partition", "offset", "key", "value", "ts", "timestamp",
+        side.alias("_side"), outer.alias("_outer"), F.col(st).alias("_stj"), own.alias("_sst_own"),
+        other.alias("_sst_other"), F.greatest(F.lit(0), F.col("ts") + ahead).alias("_to"),
+        # an expired write is dropped (in-memory store; RocksDB hides it on read): kafka-streams.md 9
+        (F.col("ts") <= own - F.lit(w.retention)).alias("_refused"), _key_order(ordered).alias("_korder"))
+
+
+def _key_order(df: DataFrame) -> Column:
+    """A column sorting like the serialized key bytes (10.3): a long's big-endian bytes compare unsigned."""
+    if isinstance(df.schema["key"].dataType, T.LongType):
+        return F.col("key").bitwiseXOR(F.lit(-(2**63)))
+    return F.col("key")
+
+
+def _bucket_width(w: JoinWindows) -> int:
+    """Time bucket of the range join: a left record's range spans at most two buckets."""
+    return max(w.before + w.after, 1)
+
+
+def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool) -> DataFrame:
+    """Visible pairs: equi-join on (task, key, bucket) plus the bounds and retention of the later record."""
+    width = _bucket_width(w)
+    cols = ["task", "key", "seq", "ts", "_sst_other"] + (
+        ["value", "timestamp", "topic", "partition", "offset"] if wide else [])
+    lo = F.when(F.col("ts") == 0, F.lit(0)).otherwise(F.greatest(F.lit(0), F.col("ts") - F.lit(w.before)))
+    hi = F.greatest(F.lit(0), F.col("ts") + F.lit(w.after))
+    # a left row covers both processors' ranges: [0 if ts == 0 else max(0, ts - before), max(0, ts + after)]
+    lrows = left.where(F.col("_side") == LEFT).select(
+        *[F.col(c).alias(f"l_{c}") for c in cols],
+        F.explode(F.sequence(F.floor(lo / width), F.floor(hi / width))).alias("l_bucket"))
+    rrows = right.where(F.col("_side") == RIGHT).select(
+        *[F.col(c).alias(f"r_{c}") for c in cols], F.floor(F.col("ts") / width).alias("r_bucket"))
+    l, r = F.col, F.col
+    ret = F.lit(w.retention)
+    left_later = ((l("l_seq") > r("r_seq")) & r("r_ts").between(F.greatest(F.lit(0), l("l_ts") - w.before),
+                                                              F.greatest(F.lit(0), l("l_ts") + w.after))
+                  & (r("r_ts") > l("l__sst_other") - ret))
+    right_later = ((r("r_seq") > l("l_seq")) & l("l_ts").between(F.greatest(F.lit(0), r("r_ts") - w.after),
+                                                               F.greatest(F.lit(0), r("r_ts") + w.before))
+                   & (l("l_ts") > r("r__sst_other") - ret))
+    visible = {"both": left_later | right_later, "left_later": left_later, "right_later": right_later}[direction]
+    on = (l("l_task") == r("r_task")) & (l("l_key") == r("r_key")) & (l("l_bucket") == r("r_bucket")) & visible
+    return lrows.join(rrows, on)
+
+
+def _side_struct(prefix: str) -> Column:
+    return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
+
+
+def _joined_rows(pairs: DataFrame) -> DataFrame:
+    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5)."""
+    left_later = F.col("l_seq") > F.col("r_seq")
+    rows = pairs.select(
+        F.col("l_task").alias("task"), F.col("l_key").alias("key"), _side_struct("l_").alias("left"),
+        _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("ts"),
+        F.greatest("l_seq", "r_seq").alias("_out_seq"), F.lit(JOINED).alias("_phase"),
+        F.when(left_later, F.col("r_ts")).otherwise(F.col("l_ts")).alias("_e_ts"),
+        F.least("l_seq", "r_seq").alias("_e_seq"))
+    order = Window.partitionBy("task", "_out_seq").orderBy("_e_ts", "_e_seq")
+    return rows.withColumn("_idx", (F.row_number().over(order) - 1).cast("long")).drop("_e_ts", "_e_seq")
+
+
+def _non_joined(recs: DataFrame, out_seq: Column, phase: int, idx: Column | None = None) -> DataFrame:
+    """Single-record results: the record on its side, null on the other, its own timestamp (11)."""
+    this = F.struct(*[F.col(c).alias(c) for c in JOINER_FIELDS])
+    none = F.lit(None).cast(recs.select(this.alias("s")).schema["s"].dataType)
+    return recs.select(
+        "task", "key", F.when(F.col("_side") == LEFT, this).otherwise(none).alias("left"),
+        F.when(F.col("_side") == RIGHT, this).otherwise(none).alias("right"), "ts",
+        out_seq.cast("long").alias("_out_seq"), F.lit(phase).alias("_phase"),
+        (idx if idx is not None else F.lit(0)).cast("long").alias("_idx"))
+
+
+def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:
+    base = F.when(phase == TRIGGERED, F.lit(PHASE_BASE[0])).when(phase == JOINED, F.lit(PHASE_BASE[1])).otherwise(
+        F.lit(PHASE_BASE[2]))
+    value = out_seq * F.lit(STRIDE) + base + idx
+    return F.when(idx < F.lit(2**30), value).otherwise(
+        F.raise_error(F.lit("a record emitted 2^30 join results or more; emit_seq cannot order them")))
+
+
+def _summary(pairs: DataFrame) -> DataFrame:
+    """Per record: matched (found a visible row when processed) and del_seq (first later record joining it)."""
+    later, earlier = F.greatest("l_seq", "r_seq"), F.least("l_seq", "r_seq")
+    as_later = pairs.select(F.col("l_task").alias("task"), later.alias("seq"), F.lit(True).alias("matched"),
+                            F.lit(None).cast("long").alias("del_seq"))
+    as_earlier = pairs.select(F.col("l_task").alias("task"), earlier.alias("seq"), F.lit(False).alias("matched"),
+                              later.alias("del_seq"))
+    return as_later.unionByName(as_earlier).groupBy("task", "seq").agg(
+        F.max("matched").alias("matched"), F.min("del_seq").alias("del_seq"))
+
+
+def _matched_refused(joinable: DataFrame, w: JoinWindows) -> DataFrame:
+    """Inner joins need `matched` only for records whose write was refused (the `expired` ledger)."""
+    refused = joinable.where("_refused")
+    pairs = _pair_join(refused, joinable, w, "left_later", wide=False).unionByName(
+        _pair_join(joinable, refused, w, "right_later", wide=False))
+    return pairs.select(F.col("l_task").alias("task"), F.greatest("l_seq", "r_seq").alias("seq")).distinct() \
+        .withColumn("matched", F.lit(True))
+
+
+def _null_ledger(recs: DataFrame, name: str) -> DataFrame:
+    """Null key or value: skipped by the join processor (10.2 step 3), stream time already advanced."""
+    forwarded = F.col("_outer") & F.col("value").isNotNull()  # an outer side forwards null keys (step 2)
+    null_key = recs.where(F.col("key").isNull() & ~forwarded)
+    null_value = recs.where(F.col("key").isNotNull() & F.col("value").isNull())
+    return ledger_rows(null_key, reason=NULL_KEY, operator=name, stream_time=F.col("_stj"),
+                       range_time=F.col("ts")).unionByName(
+        ledger_rows(null_value, reason=NULL_VALUE, operator=name, stream_time=F.col("_stj"),
+                    range_time=F.col("ts")))
+
+
+def _outer_store(flags: DataFrame, w: JoinWindows) -> DataFrame:
+    """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6)."""
+    lone = F.col("_outer") & ~F.coalesce(F.col("matched"), F.lit(False))
+    waits = lone & (F.col("_to") >= F.col("_stj"))
+    trigger = F.col("ts") == F.col("_stj")
+    events = flags.where(waits | trigger).select(
+        "task", "seq", F.col("_side").alias("side"), "ts", F.col("_stj").alias("stj"),
+        F.col("_korder").alias("korder"), waits.alias("waits"), trigger.alias("trigger"),
+        F.coalesce(F.col("del_seq"), F.lit(JAVA_MAX)).alias("del_seq"))
+    return events.groupBy("task").applyInPandas(_kernel(w), KERNEL_SCHEMA)
+
+
+def _kernel(w: JoinWindows) -> Any:
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        pdf = pdf.sort_values("seq", kind="stable")
+        cols = {c: pdf[c].tolist() for c in ("seq", "side", "ts", "stj", "korder", "waits", "trigger", "del_seq")}
+        emitted, pending = outer_emissions(w, **cols)
+        task = int(pdf["task"].iloc[0])
+        rows = [(task, s, TRIGGERED, i, e) for s, i, e in emitted] + [(task, None, None, None, e) for e in pending]
+        return pd.DataFrame(rows, columns=["task", "out_seq", "phase", "idx", "seq"]).astype(
+            {"out_seq": "Int64", "phase": "Int32", "idx": "Int64"})
+    return run
+
+
+def java_long(x: int) -> int:
+    """Wrap to a signed 64-bit value, as Java long arithmetic does."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
+def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[int], stj: list[int],
+                    korder: list[Any], waits: list[bool], trigger: list[bool], del_seq: list[int]
+                    ) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """Replay the outer store of one task: (trigger seq, position, record seq) emitted, and still pending."""
+    store: list[tuple[int, int, Any, int]] = []  # (ts, side byte, key order, seq): outer-store order (10.3)
+    gone = {}
+    min_time = JAVA_MAX
+    emitted: list[tuple[int, int, int]] = []
+    for i, s in enumerate(seq):
+        if trigger[i]:
+            ahead = w.after if side[i] == LEFT else w.before  # the processor's joinAfterMs
+            if java_long(min_time + ahead + w.grace) < stj[i]:  # 10.4 step 1: cheap skip otherwise
+                min_time, store = _emit_closed(store, gone, s, stj[i], w, emitted)
+        if waits[i]:  # 10.2 step 6
+            min_time = min(min_time, ts[i])
+            bisect.insort(store, (ts[i], side[i], korder[i], s))
+            gone[s] = del_seq[i]
+    return emitted, [e[3] for e in store if gone[e[3]] == JAVA_MAX]
+
+
+def _emit_closed(store: list[tuple[int, int, Any, int]], gone: dict[int, int], s: int, st: int, w: JoinWindows,
+                 emitted: list[tuple[int, int, int]]) -> tuple[int, list[tuple[int, int, Any, int]]]:
+    """One emitNonJoinedOuterRecords pass (10.4 step 3); rows joined before seq s are already deleted."""
+    min_time, kept, open_sides, i, idx = JAVA_MAX, [], 0, 0, 0
+    while i < len(store):
+        ts, side, _, seq = entry = store[i]
+        if gone[seq] < s:  # deleted by a join (10.2 step 5) before this trigger: never visited
+            i += 1
+            continue
+        min_time = ts
+        if open_sides == 3:  # an open row on both sides: everything after is open too
+            break
+        if ts + w.look_back(side) + w.grace >= st:
+            open_sides |= 1 << side
+            kept.append(entry)
+        else:
+            emitted.append((s, idx, seq))
+            idx += 1
+        i += 1
+    return min_time, kept + store[i:]

@@ -1,0 +1,1 @@
+"""Verify: reconcile a backfill with the streaming output (causes), expectations, reports, diff."""

@@ -1,0 +1,338 @@
+"""Why a window differs, from evidence only (DESIGN.md "What cannot be known"; kafka-streams.md 14.2).
+
+Evidence: the backfill's ledger (late drops), the input records re-assigned to windows with the
+engine's own TimeWindows (and their stream time at arrival, kafka-streams.md 4.1), the input's
+offsets (gaps, where reading started), each task's stream time at the end of the data (windows not
+closed), and the stream's exact repeats. A cause is named only when the evidence shows it:
+
+- duplicate_delivery: the extra rows of a window are exact copies (at-least-once, 14.2.6).
+- late_drop_differs: recomputing the window with the k records the backfill dropped as late added
+  (the stream accepted them), or with the k accepted records that arrived behind stream time removed
+  (the stream dropped them), gives the stream's value exactly; those records are shown.
+- tie_order: only order-sensitive columns differ and the window holds records with equal timestamps
+  (tie order is unknowable, 2.1 and 14.2.4).
+- range_boundary: the window was not closed by the end of the data read, starts before the first
+  record read of a partition that was read from a later offset, or lies outside the stream's output.
+- missing_input: the key's partition has an offset gap while the window was open (14.2.8).
+- unexplained: none of the above: a real logic difference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from backfill.io.sources import read_source
+from backfill.ops.aggregate import FOLD_FIELDS
+from backfill.ops.expressions import CompiledAggregation, compile_aggregations
+from backfill.ops.windows import TimeWindows
+from backfill.plan.definition import Plan
+from backfill.spec.models import OperatorSpec
+from backfill.time.extract import extract
+from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
+
+CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input", "unexplained")
+MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
+MAX_GAPS = 10_000
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the attribution looked at (lazy frames, persisted by the caller when reused)."""
+
+    raw: DataFrame  # operator input as read (no ordering): partition, offset, key (text), value, ts, ...
+    records: DataFrame  # the same with st (stream time at arrival), cut as the run cut it
+    partitions: DataFrame  # per partition: first_offset, first_ts, end_st
+    gaps: DataFrame  # per gap: partition, gap_from, gap_to, st_before, ts_after
+    late: DataFrame  # ledger late rows of the operator: partition, offset, window_start, stream_time
+    ledger_read: bool
+
+
+def key_text(df: DataFrame, column: str = "key") -> Column:
+    """Keys as text, as the ledger stores them (hex for bytes)."""
+    if isinstance(df.schema[column].dataType, T.BinaryType):
+        return F.hex(column)
+    return F.col(column).cast("string")
+
+
+RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timestamp", "headers")
+
+
+def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(records reaching the operator, the same with stream time at arrival as processed, offsets read)."""
+    assert op.aggregate is not None
+    source = op.aggregate.input
+    spec = plan.job.spec.sources[source]
+    read = read_source(spark, plan.job, source, plan.source(source).rank)
+    df = extract(read.records, spec.timestamp, source)
+    offsets = df.select("partition", "offset", "ts", (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r"))
+    if plan.start is not None:  # the run's warm-up bound (evaluator: records with ts >= start)
+        df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
+    reaches = F.col("key").isNotNull() & F.col("_drop").isNull()
+    raw = df.where(reaches).select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS])
+    order = Window.partitionBy("partition").orderBy("offset")
+    df = (df.withColumn("_pbefore", F.max("ts").over(order.rowsBetween(Window.unboundedPreceding, -1)))
+          # processor-local stream time including this record (4.1 step 3); null keys never move it
+          .withColumn("st", F.max(F.when(reaches, F.col("ts"))).over(
+              order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
+    until = plan.source(source).read_until
+    if until is not None:  # the run's cool-down cut: nothing after a partition's first record past it
+        df = df.where(F.coalesce(F.col("_pbefore"), F.lit(-1)) < F.lit(until))
+    records = df.where(reaches).select(
+        *[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS], "st")
+    return raw, records, offsets
+
+
+def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None) -> Evidence:
+    """Read the evidence of one operator: input records, partition facts, offset gaps, late drops."""
+    raw, records, offsets = input_records(spark, plan, op)
+    records = records.persist(StorageLevel.MEMORY_AND_DISK)
+    partitions = (offsets.groupBy("partition").agg(
+        F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"))
+        .join(records.groupBy("partition").agg(F.max("st").alias("end_st")), "partition", "left"))
+    order = Window.partitionBy("partition").orderBy("offset")
+    gaps = (offsets.withColumn("_prev", F.lag("offset").over(order))
+            .withColumn("st_before", F.max(F.when(F.col("_r"), F.col("ts"))).over(
+                order.rowsBetween(Window.unboundedPreceding, -1)))
+            .where(F.col("offset") - F.col("_prev") > 1)
+            .select("partition", (F.col("_prev") + 1).alias("gap_from"), (F.col("offset") - 1).alias("gap_to"),
+                    "st_before", F.col("ts").alias("ts_after"))
+            .limit(MAX_GAPS))
+    late_schema = "partition int, offset long, window_start long, stream_time long"
+    if ledger is None:
+        late = spark.createDataFrame([], late_schema)
+    else:
+        late = (ledger.where((F.col("operator") == op.name) & (F.col("reason") == "late"))
+                .select(F.col("partition").cast("int"), F.col("offset").cast("long"),
+                        F.col("window_start").cast("long"), F.col("stream_time").cast("long")))
+    return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
+                    ledger_read=ledger is not None)
+
+
+def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:
+    """Input records behind a few windows (no ordering pass): accepted or late per the ledger."""
+    keys = wanted.select("key").distinct()
+    rows = (ev.raw.join(F.broadcast(keys), "key", "left_semi")
+            .select("*", F.explode(windows.starts("ts")).alias("window_start"))
+            .join(F.broadcast(wanted.select("key", "window_start")), ["key", "window_start"]))
+    late = ev.late.select("partition", "offset", "window_start", F.lit("late").alias("status"))
+    rows = rows.join(late, ["partition", "offset", "window_start"], "left").fillna("accepted", ["status"])
+    ranked = rows.withColumn("_n", F.row_number().over(
+        Window.partitionBy("key", "window_start").orderBy("partition", "offset")))
+    return ranked.where(F.col("_n") <= limit).drop("_n")
+
+
+def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame) -> DataFrame:
+    """Input records of the `wanted` (key, window_start) windows, `accepted` or `late` per the ledger."""
+    keys = wanted.select("key").distinct()
+    exploded = (ev.records.join(keys, "key", "left_semi")
+                .select("*", F.explode(windows.starts("ts")).alias("window_start"))
+                .join(wanted.select("key", "window_start"), ["key", "window_start"], "inner"))
+    if ev.ledger_read:
+        late = ev.late.select("partition", "offset", "window_start", F.lit(True).alias("_late"))
+        flagged = exploded.join(late, ["partition", "offset", "window_start"], "left")
+        is_late = F.coalesce(F.col("_late"), F.lit(False))
+    else:  # no ledger sink: the engine's rule, end <= ST - G (4.1 step 5)
+        flagged = exploded
+        is_late = F.col("window_start") + F.lit(windows.size) <= F.col("st") - F.lit(windows.grace)
+    return flagged.withColumn("status", F.when(is_late, F.lit("late")).otherwise(F.lit("accepted"))).drop("_late")
+
+
+def variants(mem: DataFrame) -> DataFrame:
+    """Explode each member into the variants it belongs to: +k = k least-late drops added, -k = k most
+    exposed behind-stream-time acceptances removed (k <= MAX_VARIANT)."""
+    per_window = Window.partitionBy("key", "window_start")
+    behind = (F.col("status") == "accepted") & (F.col("st") > F.col("ts"))
+    m = (mem.withColumn("_behind", behind)
+         .withColumn("_rank_late", F.when(F.col("status") == "late", F.row_number().over(
+             per_window.orderBy(F.col("status").desc(), "st", "offset"))))
+         .withColumn("_rank_behind", F.when(F.col("_behind"), F.row_number().over(
+             per_window.orderBy(F.col("_behind").desc(), F.col("st").desc(), F.col("offset").desc())))))
+    m = (m.withColumn("_n_late", F.least(F.count("_rank_late").over(per_window), F.lit(MAX_VARIANT)))
+         .withColumn("_n_behind", F.least(F.count("_rank_behind").over(per_window), F.lit(MAX_VARIANT))))
+    late_ids = F.when(F.col("_n_late") >= 1, F.sequence(F.lit(1), F.col("_n_late").cast("int")))
+    drop_ids = F.when(F.col("_n_behind") >= 1, F.sequence(-F.col("_n_behind").cast("int"), F.lit(-1)))
+    empty = F.array().cast("array<int>")
+    accepted_ids = F.concat(F.coalesce(late_ids, empty), F.coalesce(
+        F.when(F.col("_behind") & (F.col("_rank_behind") <= F.lit(MAX_VARIANT)),
+               # a behind record stays in the removal variants that remove fewer than its rank
+               F.when(F.col("_rank_behind") > 1, F.sequence(-(F.col("_rank_behind") - 1).cast("int"), F.lit(-1))))
+        .when(~F.col("_behind") | (F.col("_rank_behind") > F.lit(MAX_VARIANT)), drop_ids), empty))
+    late_in = F.when(F.col("_rank_late") <= F.col("_n_late"),
+                     F.sequence(F.col("_rank_late").cast("int"), F.col("_n_late").cast("int")))
+    ids = F.when(F.col("status") == "accepted", accepted_ids).otherwise(F.coalesce(late_in, empty))
+    return m.select("*", F.explode(ids).alias("variant"))
+
+
+def recompute(rows: DataFrame, aggs: list[CompiledAggregation], group: list[str]) -> DataFrame:
+    """The job's aggregations over `rows`, grouped (folds in offset order = processing order within a partition)."""
+    fields = ", ".join(FOLD_FIELDS)
+    by_seq = "(l, r) -> CASE WHEN l.seq < r.seq THEN -1 WHEN l.seq > r.seq THEN 1 ELSE 0 END"
+    ordered = f"array_sort(collect_list(struct({fields})), {by_seq})"
+    cols = [(a.fold_over(ordered) if a.is_fold else a.aggregate()).alias(a.name) for a in aggs]
+    return (rows.withColumn("seq", F.col("offset"))
+            .groupBy(*group).agg(*cols, F.max("ts").alias("ts"), F.count(F.lit(1)).alias("_n")))
+
+
+def late_variants(mem: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
+                  windows: TimeWindows) -> DataFrame:
+    """Per window, the smallest variant that gives the stream's value exactly: (key, window_start, variant)."""
+    from datacompy.spark import columns_equal
+
+    exploded = variants(mem)
+    values = recompute(exploded, aggs, ["key", "window_start", "variant"]).withColumn(
+        "window_end", F.col("window_start") + F.lit(windows.size))
+    compared = [c for c in cmp.columns if c in values.columns]
+    right = nonmatch.where(F.col("_in_stream")).select("key", "window_start", *[f"r_{c}" for c in compared])
+    joined = values.select("key", "window_start", "variant", *[F.col(c).alias(f"l_{c}") for c in compared]) \
+        .join(right, ["key", "window_start"])
+    ok = F.lit(True)
+    for c in compared:
+        tol = cmp.tolerances.get(c, Tolerance())
+        ok = ok & F.coalesce(columns_equal(joined, f"l_{c}", f"r_{c}", rel_tol=tol.rel, abs_tol=tol.abs), F.lit(False))
+    found = joined.where(ok).select("key", "window_start", "variant")
+    # removing every accepted record (all arrived behind stream time) leaves no window: the stream has none
+    counts = mem.groupBy("key", "window_start").agg(
+        F.count(F.when(F.col("status") == "accepted", 1)).alias("_acc"),
+        F.count(F.when((F.col("status") == "accepted") & (F.col("st") > F.col("ts")), 1)).alias("_beh"))
+    absent = (counts.join(nonmatch.where(~F.col("_in_stream")).select("key", "window_start"), ["key", "window_start"])
+              .where((F.col("_acc") > 0) & (F.col("_acc") == F.col("_beh")) & (F.col("_acc") <= MAX_VARIANT))
+              .select("key", "window_start", (-F.col("_acc")).cast("int").alias("variant")))
+    # fewest records first; on a tie, the stream accepting drops (+k) before the stream dropping (-k)
+    return found.unionByName(absent).groupBy("key", "window_start").agg(
+        F.min_by("variant", F.struct(F.abs("variant"), -F.col("variant"))).alias("variant"))
+
+
+def variant_records(mem: DataFrame, best: DataFrame) -> DataFrame:
+    """The records a chosen variant added (+k: late drops) or removed (-k: accepted behind stream time)."""
+    per_window = Window.partitionBy("key", "window_start")
+    ranked = (mem.withColumn("_rank_late", F.when(F.col("status") == "late", F.row_number().over(
+        per_window.orderBy(F.col("status").desc(), "st", "offset"))))
+        .withColumn("_rank_behind", F.when((F.col("status") == "accepted") & (F.col("st") > F.col("ts")),
+                                           F.row_number().over(per_window.orderBy(
+                                               ((F.col("status") == "accepted") & (F.col("st") > F.col("ts"))).desc(),
+                                               F.col("st").desc(), F.col("offset").desc())))))
+    chosen = ranked.join(best, ["key", "window_start"]).where(
+        ((F.col("variant") > 0) & (F.col("_rank_late") <= F.col("variant")))
+        | ((F.col("variant") < 0) & (F.col("_rank_behind") <= -F.col("variant"))))
+    record = F.struct("partition", "offset", "ts", "st", "status")
+    return chosen.groupBy("key", "window_start").agg(F.sort_array(F.collect_list(record)).alias("records"))
+
+
+def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
+              stream_bounds: tuple[int | None, int | None]) -> DataFrame:
+    """Non-matching rows with `cause`, `detail` and `records` (the input records that show the cause)."""
+    assert op.aggregate is not None
+    windows = TimeWindows.of(op.aggregate.window)
+    aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate")
+    nonmatch = (result.where(F.col("category") != MATCH)
+                .withColumn("_in_stream", F.col("category") != cmp.label("missing"))
+                .withColumn("_in_backfill", F.col("category") != cmp.label("extra"))
+                .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        mem = members(ev, windows, nonmatch.where(F.col("category") != cmp.label("duplicate"))) \
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        best = late_variants(mem, nonmatch, aggs, cmp, windows)
+        shown = variant_records(mem, best)
+        ties = mem.where(F.col("status") == "accepted").groupBy("key", "window_start").agg(
+            (F.count("ts") > F.countDistinct("ts")).alias("_ties"))
+        key_parts = ev.records.join(nonmatch.select("key").distinct(), "key", "left_semi") \
+            .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
+        out = (nonmatch.join(best, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
+               .join(ties, ["key", "window_start"], "left").join(key_parts, "key", "left"))
+        out = _with_boundaries(out, ev, windows, stream_bounds, cmp)
+        out = _with_gaps(out, ev, windows)
+        order_sensitive = [a.name for a in aggs if a.order_sensitive]
+        attributed = _assign(out, cmp, windows, order_sensitive).persist(StorageLevel.MEMORY_AND_DISK)
+        attributed.count()  # materialise while the inputs are cached
+        mem.unpersist()
+        return attributed
+    finally:
+        for frame in (nonmatch, ev.records):
+            frame.unpersist()
+
+
+def _with_boundaries(out: DataFrame, ev: Evidence, windows: TimeWindows, stream_bounds: tuple[int | None, int | None],
+                     cmp: Comparison) -> DataFrame:
+    """`_end_open` / `_start_open` (window incomplete in the data read) and `_outside` (the stream's range)."""
+    parts = ev.partitions.collect()  # one row per input partition
+    end_st = {r["partition"]: r["end_st"] for r in parts}
+    late_start = {r["partition"]: r["first_ts"] for r in parts if (r["first_offset"] or 0) > 0}
+    closes = F.col("window_start") + F.lit(windows.size + windows.grace)  # window end + grace
+    known = F.col("_parts").isNotNull()
+    if end_st:
+        # the key's own partitions; a key never read is open only if it is open in every partition
+        end_map = F.create_map(*[x for p, st in end_st.items() for x in (F.lit(p), F.lit(st if st is not None else -1))])
+        own_open = F.exists("_parts", lambda p: F.coalesce(end_map[p], F.lit(-1)) < closes)
+        every_open = F.lit(max(v if v is not None else -1 for v in end_st.values())) < closes
+        end_open = F.when(known, own_open).otherwise(every_open)
+    else:
+        end_open = F.lit(True)
+    if late_start:
+        start_map = F.create_map(*[x for p, ts in late_start.items() for x in (F.lit(p), F.lit(ts))])
+        own_start = F.exists("_parts", lambda p: F.col("window_start") <= F.coalesce(start_map[p], F.lit(-1)))
+        any_start = F.lit(max(late_start.values())) >= F.col("window_start")
+        start_open = F.when(known, own_start).otherwise(any_start)
+    else:
+        start_open = F.lit(False)
+    lo, hi = stream_bounds
+    outside = F.lit(False)
+    if lo is not None and hi is not None:
+        outside = (F.col("category") == cmp.label("missing")) & (
+            (F.col("window_start") < F.lit(lo)) | (F.col("window_start") > F.lit(hi)))
+    return out.withColumn("_end_open", end_open).withColumn("_start_open", start_open).withColumn("_outside", outside)
+
+
+def _with_gaps(out: DataFrame, ev: Evidence, windows: TimeWindows) -> DataFrame:
+    """`_gap`: an offset gap in the key's partition (any partition for a key never read) while the window was open."""
+    gaps = ev.gaps.collect()
+    if not gaps:
+        return out.withColumn("_gap", F.lit(None).cast("string"))
+    hits = []
+    for g in gaps:
+        lo = g["st_before"] if g["st_before"] is not None else -1
+        hi = max(lo, g["ts_after"] if g["ts_after"] is not None else lo)
+        in_partition = F.when(F.col("_parts").isNotNull(), F.array_contains("_parts", g["partition"])).otherwise(True)
+        # a record lost there could only join windows still open then (end + G > ST) starting by the next record
+        open_then = (F.col("window_start") + F.lit(windows.size + windows.grace) > F.lit(lo)) & \
+            (F.col("window_start") <= F.lit(hi))
+        text = f"partition {g['partition']} offsets {g['gap_from']}-{g['gap_to']} are missing in the input"
+        hits.append(F.when(in_partition & open_then, F.lit(text)))
+    return out.withColumn("_gap", F.coalesce(*hits))
+
+
+def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensitive: list[str]) -> DataFrame:
+    """One cause per row, strongest evidence first; `detail` says what the evidence was."""
+    dup, missing = cmp.label("duplicate"), cmp.label("missing")
+    only_order = (F.col("category") == MISMATCH) & F.coalesce(F.col("_ties"), F.lit(False)) & F.forall(
+        "diff_columns", lambda c: F.array_contains(F.array(*[F.lit(n) for n in order_sensitive] or [F.lit("")]), c))
+    late_detail = F.when(F.col("variant") > 0, F.format_string(
+        "the stream accepted %d record(s) the backfill dropped as late", F.col("variant"))).otherwise(
+        F.format_string("the stream dropped %d record(s) the backfill accepted behind stream time", -F.col("variant")))
+    cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"), F.lit("duplicate_delivery"))
+                    .otherwise(F.lit("unexplained")))
+             .when(F.col("variant").isNotNull(), F.lit("late_drop_differs"))
+             .when(only_order, F.lit("tie_order"))
+             .when(F.col("_end_open") | F.col("_start_open") | F.col("_outside"), F.lit("range_boundary"))
+             .when(F.col("_gap").isNotNull(), F.lit("missing_input"))
+             .otherwise(F.lit("unexplained")))
+    detail = (F.when(F.col("category") == dup, F.format_string(
+        "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
+        .when(F.col("variant").isNotNull(), late_detail)
+        .when(only_order, F.concat(F.lit("only order-sensitive columns differ ("), F.array_join("diff_columns", ", "),
+                                   F.lit("); records with equal timestamps: their order is not knowable")))
+        .when(F.col("_end_open"), F.lit("window not closed by the end of the data read "
+                                         "(stream time < window end + grace)"))
+        .when(F.col("_start_open"), F.lit("window starts before the first record read of a partition read "
+                                           "from a later offset"))
+        .when(F.col("_outside"), F.lit("window outside the streaming output's range"))
+        .when(F.col("_gap").isNotNull(), F.col("_gap"))
+        .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
+        .otherwise(F.lit("no evidence: a logic difference")))
+    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra")]
+    return out.withColumn("cause", cause).withColumn("detail", detail).withColumn(
+        "records", F.when(F.col("cause") == "late_drop_differs", F.col("records"))).select(
+        *[c for c in keep if c != "variant"], "cause", "detail")

@@ -1,0 +1,193 @@
+"""great-expectations suites generated from the job: one per output kind, run before publish and in verify.
+
+Window outputs (kafka-streams.md 3.1): keys not null, window_end - window_start == size, starts
+aligned to the advance, ts inside [window_start, window_end), and (key, window_start) unique for
+final results ((task, emit_seq) for updates; (partition, offset) for a stream archive). The ledger
+suite checks conservation per operator (DESIGN.md decision 4). GX must never call out
+(GX_ANALYTICS_ENABLED=false, conf/*.yaml) and shows no progress bars.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill.errors import PublishError
+from backfill.ops.windows import TimeWindows
+from backfill.spec.models import OperatorSpec
+
+RESULT_FORMAT_PUBLISH = "BOOLEAN_ONLY"  # fewest Spark jobs; a failure is re-run with SUMMARY for the message
+RESULT_FORMAT_REPORT = "SUMMARY"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation: its GX class name, arguments and what it means in our words."""
+
+    kind: str
+    args: dict[str, Any]
+    says: str
+
+
+@dataclass
+class SuiteResult:
+    """The outcome of one suite on one table."""
+
+    name: str
+    target: str
+    success: bool
+    rows: int | None = None
+    expectations: list[dict[str, Any]] = field(default_factory=list)
+    docs: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+    def failures(self) -> str:
+        """The failed expectations in one line."""
+        bad = [e for e in self.expectations if not e["success"]]
+        return "; ".join(f"{e['says']} ({e['unexpected_count']} rows)" if e.get("unexpected_count") is not None
+                         else e["says"] for e in bad)
+
+
+def window_checks(op: OperatorSpec, columns: list[str], unique: tuple[str, ...] | None) -> list[Check]:
+    """The window-output suite of an aggregate operator, for the columns the table has."""
+    assert op.aggregate is not None
+    w = TimeWindows.of(op.aggregate.window)
+    checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
+              Check("ExpectColumnValuesToBeInSet", {"column": "_window_length", "value_set": [w.size]},
+                    f"window_end - window_start == size ({w.size} ms)"),
+              Check("ExpectColumnValuesToBeInSet", {"column": "_start_offset", "value_set": [0]},
+                    f"window starts aligned to the advance ({w.advance} ms) from epoch 0")]
+    if "ts" in columns:
+        checks.append(Check("ExpectColumnValuesToBeInSet", {"column": "_ts_in_window", "value_set": [True]},
+                            "ts inside [window_start, window_end)"))
+    if unique and all(c in columns for c in unique):
+        checks.append(Check("ExpectCompoundColumnsToBeUnique", {"column_list": list(unique)},
+                            f"({', '.join(unique)}) unique"))
+    return checks
+
+
+def window_frame(df: DataFrame, op: OperatorSpec) -> DataFrame:
+    """The table plus the derived columns the window checks read."""
+    assert op.aggregate is not None
+    w = TimeWindows.of(op.aggregate.window)
+    end = F.col("window_end") if "window_end" in df.columns else F.col("window_start") + F.lit(w.size)
+    out = df.withColumn("_window_length", end - F.col("window_start")).withColumn(
+        "_start_offset", F.pmod(F.col("window_start"), F.lit(w.advance)))
+    if "ts" in df.columns:
+        out = out.withColumn("_ts_in_window", (F.col("ts") >= F.col("window_start")) & (F.col("ts") < end))
+    return out
+
+
+def conservation_checks() -> list[Check]:
+    """The ledger suite: per operator, records in = contributing + dropped, late rows = late pairs."""
+    return [Check("ExpectColumnPairValuesToBeEqual", {"column_A": "records_in", "column_B": "accounted"},
+                  "records in = contributing + dropped (every record accounted for)"),
+            Check("ExpectColumnPairValuesToBeEqual", {"column_A": "late_ledger_rows", "column_B": "late_pairs"},
+                  "late ledger rows = late (record, window) pairs counted per record")]
+
+
+def validate(df: DataFrame, name: str, target: str, checks: list[Check], *, result_format: str,
+             docs_dir: Path | None = None) -> SuiteResult:
+    """Run one suite on a Spark DataFrame; with docs_dir, also build GX Data Docs there."""
+    gx, gxe = _gx()
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+    batch = (context.data_sources.add_spark(name="spark", persist=False)
+             .add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("whole"))
+    suite = context.suites.add(gx.ExpectationSuite(name=name))
+    for check in checks:
+        suite.add_expectation(getattr(gxe, check.kind)(**check.args, description=check.says))
+    vd = context.validation_definitions.add(gx.ValidationDefinition(name=f"{name}.validation", data=batch, suite=suite))
+    if docs_dir is None:
+        res = vd.run(batch_parameters={"dataframe": df}, result_format=result_format)
+    else:
+        res = _run_with_docs(context, gx, vd, df, result_format, docs_dir)
+    return SuiteResult(name=name, target=target, success=bool(res.success),
+                       expectations=[_describe(r, c) for r, c in zip(res.results, checks)],
+                       docs=str(docs_dir / "index.html") if docs_dir is not None else None)
+
+
+def _run_with_docs(context: Any, gx: Any, vd: Any, df: DataFrame, result_format: str, docs_dir: Path) -> Any:
+    """A checkpoint whose action writes Data Docs into docs_dir (they load CSS/JS from CDNs: secondary page)."""
+    docs_dir = docs_dir.resolve()  # GX wants an absolute base directory
+    docs_dir.mkdir(parents=True, exist_ok=True)
+    context.add_data_docs_site(site_name="backfill_docs", site_config={
+        "class_name": "SiteBuilder",
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
+    cp = context.checkpoints.add(gx.Checkpoint(
+        name=f"{vd.name}.checkpoint", validation_definitions=[vd], result_format=result_format,
+        actions=[gx.checkpoint.UpdateDataDocsAction(name="docs", site_names=["backfill_docs"])]))
+    result = cp.run(batch_parameters={"dataframe": df})
+    return next(iter(result.run_results.values()))
+
+
+def _describe(result: Any, check: Check) -> dict[str, Any]:
+    """One expectation result, JSON-ready."""
+    info = result.result or {}
+    sample = info.get("partial_unexpected_list") or []
+    return {"expectation": result.expectation_config.type, "args": check.args, "says": check.says,
+            "success": bool(result.success), "unexpected_count": info.get("unexpected_count"),
+            "unexpected_percent": info.get("unexpected_percent"), "examples": [str(x) for x in sample[:5]]}
+
+
+def _gx() -> tuple[Any, Any]:
+    """Import GX with analytics off (no outbound calls, notes/stack.md) and quiet loggers."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import logging
+
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    return gx, gxe
+
+
+# ----------------------------------------------------------------------------- before publish
+
+
+class PublishChecks:
+    """The suites a run executes on what it is about to publish; a failure raises PublishError."""
+
+    def __init__(self, spark: SparkSession, ops: dict[str, OperatorSpec], results: dict[str, Any]) -> None:
+        self.spark, self.ops, self.results = spark, ops, results
+
+    def conservation(self, counts: list[dict[str, Any]]) -> None:
+        """The ledger suite on one row per operator, before any commit."""
+        if not counts:
+            return
+        schema = "operator string, records_in long, accounted long, late_ledger_rows long, late_pairs long"
+        df = self.spark.createDataFrame([tuple(c[k] for k in ("operator", "records_in", "accounted",
+                                                                "late_ledger_rows", "late_pairs")) for c in counts],
+                                        schema)
+        self._run(df, "_ledger.conservation", "run counts and ledger", conservation_checks())
+
+    def for_output(self, name: str, emit: str) -> Callable[[DataFrame], None]:
+        """The audit of one operator's staged output (called by the sink right before its commit)."""
+        op = self.ops[name]
+        unique = ("key", "window_start") if emit == "final" else ("task", "emit_seq")
+
+        def audit(staged: DataFrame) -> None:
+            checks = window_checks(op, staged.columns, unique)
+            self._run(window_frame(staged, op), f"{name}.output", f"staged output of {name}", checks)
+
+        return audit
+
+    def _run(self, df: DataFrame, name: str, target: str, checks: list[Check]) -> None:
+        result = validate(df, name, target, checks, result_format=RESULT_FORMAT_PUBLISH)
+        if not result.success:  # rerun for counts and examples: failures are rare, the message must be precise
+            result = validate(df, name, target, checks, result_format=RESULT_FORMAT_REPORT)
+        self.results[name] = result.to_dict()
+        if not result.success:
+            raise PublishError(f"{name}: expectations failed before publish: {result.failures()}; "
+                               "nothing was committed for it")

@@ -1,0 +1,421 @@
+"""`backfill verify` and `backfill diff`: read both outputs, reconcile, attribute causes, check, report.
+
+Everything heavy stays in Spark; the driver collects only counts, a bounded timeline, a bounded
+histogram and a few samples per category.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from backfill.errors import SourceError, SpecError
+from backfill.ops.windows import TimeWindows
+from backfill.plan.definition import Plan
+from backfill.spec.models import OperatorSpec
+from backfill.verify import causes as causes_mod
+from backfill.verify.expectations import RESULT_FORMAT_REPORT, validate, window_checks, window_frame
+from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
+                                       normalise, parse_tolerances, require_columns)
+from backfill.verify.tables import TableRef, apply_mapping, parse_ref, read_table
+
+Progress = Callable[[str], None]
+SAMPLES_PER_GROUP = 3
+RECORDS_PER_SAMPLE = 12
+TIMELINE_BUCKETS = 60
+BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
+
+
+@dataclass
+class Section:
+    """The comparison of one output pair (one operator in verify, the two tables in diff)."""
+
+    name: str
+    left: str
+    right: str
+    sides: tuple[str, str]
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    counts: dict[str, int]
+    causes: dict[str, int] | None = None
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    lateness: list[dict[str, Any]] = field(default_factory=list)
+    expectations: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def differences(self) -> int:
+        """Rows that are not a match."""
+        return sum(n for c, n in self.counts.items() if c != MATCH)
+
+
+@dataclass
+class Outcome:
+    """A whole verify or diff: sections, verdict, where the report is."""
+
+    mode: str
+    job: str | None
+    sections: list[Section]
+    report_dir: Path
+    started_at: str
+    duration_s: float = 0.0
+    run: dict[str, Any] | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Counts per category over all sections."""
+        total: dict[str, int] = {}
+        for s in self.sections:
+            for c, n in s.counts.items():
+                total[c] = total.get(c, 0) + n
+        return total
+
+    @property
+    def causes(self) -> dict[str, int] | None:
+        """Counts per cause over all sections (verify only)."""
+        if self.mode != "verify":
+            return None
+        total = {c: 0 for c in causes_mod.CAUSES}
+        for s in self.sections:
+            for c, n in (s.causes or {}).items():
+                total[c] = total.get(c, 0) + n
+        return total
+
+    @property
+    def expectations_ok(self) -> bool:
+        """Every suite run (stream output, and the run's own before publish) passed."""
+        suites = [e for s in self.sections for e in s.expectations]
+        suites += list((self.run or {}).get("expectations", {}).values())
+        return all(e["success"] for e in suites)
+
+    @property
+    def verdict(self) -> str:
+        """match: nothing differs; explained: every difference has a cause; differences: some do not."""
+        if not any(s.differences for s in self.sections):
+            return "match"
+        causes = self.causes
+        if causes is not None and causes.get("unexplained", 0) == 0:
+            return "explained"
+        return "differences"
+
+    @property
+    def exit_code(self) -> int:
+        """0 matched or explained, 1 unexplained differences or failed expectations."""
+        return 0 if self.verdict in ("match", "explained") and self.expectations_ok else 1
+
+    def to_json(self) -> dict[str, Any]:
+        """report.json (spec/job-spec.md "Verify")."""
+        out: dict[str, Any] = {"verdict": self.verdict, "counts": self.counts}
+        if self.causes is not None:
+            out["causes"] = self.causes
+        out.update({"mode": self.mode, "job": self.job, "exit_code": self.exit_code,
+                    "expectations_ok": self.expectations_ok, "started_at": self.started_at,
+                    "duration_s": round(self.duration_s, 3),
+                    "sections": [_section_json(s) for s in self.sections]})
+        if self.run is not None:
+            out["run"] = {k: self.run.get(k) for k in ("run_id", "duration_s", "records_in", "sinks", "expectations")}
+        return out
+
+
+def _section_json(s: Section) -> dict[str, Any]:
+    return {"name": s.name, "left": s.left, "right": s.right, "sides": list(s.sides), "keys": list(s.keys),
+            "columns": list(s.columns), "counts": s.counts, "causes": s.causes, "notes": s.notes,
+            "seconds": round(s.seconds, 3), "expectations": s.expectations, "timeline": s.timeline,
+            "lateness": s.lateness, "samples": s.samples}
+
+
+def default_report_dir(name: str) -> Path:
+    """reports/<name>-<UTC timestamp>/ under the current directory."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / f"{name}-{stamp}"
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+@dataclass(frozen=True)
+class Target:
+    """One operator to verify and where its streaming output is."""
+
+    operator: str
+    against: str
+    base: str | None  # directory `against` is relative to (the job's for job-level settings, else cwd)
+
+
+def verify_plan(spark: SparkSession, plan: Plan, targets: list[Target], maps: dict[str, str],
+                tolerances: dict[str, Tolerance], report_dir: Path, progress: Progress = lambda _: None,
+                run: dict[str, Any] | None = None) -> Outcome:
+    """Reconcile each target operator's published output with its streaming output; write nothing yet."""
+    started, stamp = time.time(), dt.datetime.now(dt.timezone.utc).isoformat()
+    sections = []
+    for target in targets:
+        t = time.time()
+        section = verify_operator(spark, plan, target, maps, tolerances, report_dir, progress)
+        section.seconds = time.time() - t
+        sections.append(section)
+    return Outcome(mode="verify", job=plan.job.spec.name, sections=sections, report_dir=report_dir,
+                   started_at=stamp, duration_s=time.time() - started, run=run)
+
+
+def targets_for(plan: Plan, against: list[str]) -> list[Target]:
+    """--against OPERATOR=PATH options, else every operator with `verify.<op>.against` in the job."""
+    out = []
+    for item in against:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SpecError(f"--against {item!r}: use OPERATOR=TABLE_OR_PATH (path@version for a Delta version)")
+        out.append(Target(name.strip(), path.strip(), None))
+    if not out:
+        out = [Target(name, v.against, str(plan.job.base)) for name, v in plan.job.spec.verify.items() if v.against]
+    if not out:
+        raise SpecError("nothing to verify: give --against OPERATOR=TABLE_OR_PATH (or verify.<operator>.against "
+                        "in the job)")
+    names = [op.name for op in plan.job.spec.operators]
+    for t in out:
+        if t.operator not in names:
+            raise SpecError(f"--against {t.operator}=...: no operator {t.operator!r} (operators: {', '.join(names)})")
+    return out
+
+
+def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str],
+                    tolerances: dict[str, Tolerance], report_dir: Path, progress: Progress) -> Section:
+    """Read, normalise, compare, attribute and check one operator."""
+    op = _window_operator(plan, target.operator)
+    assert op.aggregate is not None
+    windows = TimeWindows.of(op.aggregate.window)
+    settings = plan.job.spec.verify.get(op.name)
+    backfill_ref = _published(plan, op.name)
+    stream_ref = parse_ref(target.against, target.base)
+    progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
+    mapping = {**(settings.columns if settings else {}), **maps}
+    stream = apply_mapping(read_table(spark, stream_ref), mapping, f"--against {op.name}={target.against}")
+    if "window_end" not in stream.columns:
+        stream = stream.withColumn("window_end", F.col("window_start") + F.lit(windows.size))
+    aggs = tuple(op.aggregate.aggregations)
+    require_columns(stream, ("key", "window_start", *aggs), f"streaming output {stream_ref}",
+                    "map it with --map col=source_col (or verify.<operator>.columns in the job)")
+    backfill = read_table(spark, backfill_ref)
+    columns = ("window_end", *aggs) + (("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())
+    updates = op.aggregate.emit == "updates"
+    order = tuple(c for c in ("partition", "offset") if c in stream.columns)
+    tol = {**parse_tolerances([f"{c}={v}" for c, v in (settings.tolerance if settings else {}).items()]),
+           **tolerances}
+    cmp = Comparison(keys=("key", "window_start"), columns=columns, tolerances=tol, left="backfill",
+                     right="stream", left_order=("emit_seq",) if updates else (),
+                     right_order=order if len(order) == 2 else (), updates=updates)
+    backfill, stream = _in_range(plan, _text_key(backfill)), _in_range(plan, _text_key(stream))
+    stream = align(backfill, stream, cmp)
+    progress(f"{op.name}: reconciling")
+    left = last_per_key(backfill, cmp.keys, cmp.columns, cmp.left_order)
+    right = normalise(stream, backfill if updates else None, cmp)
+    result = compare(left, right, cmp).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = category_counts(result, cmp)
+        notes = _notes(cmp, order, updates)
+        ledger = _ledger(spark, plan)
+        ev = causes_mod.gather(spark, plan, op, ledger)
+        attributed, cause_counts = None, {c: 0 for c in causes_mod.CAUSES}
+        if sum(counts.values()) - counts[MATCH]:
+            progress(f"{op.name}: attributing causes")
+            attributed = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp))
+            for row in attributed.groupBy("cause").count().collect():
+                cause_counts[row["cause"]] = row["count"]
+        progress(f"{op.name}: samples, timeline, expectations")
+        samples = _samples(result, attributed, cmp, ev, windows)
+        section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
+                          keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
+                          timeline=_timeline(result, windows.advance), lateness=_lateness(ledger, op.name),
+                          notes=notes)
+        section.expectations = [_stream_suite(stream, op, report_dir)]
+        if attributed is not None:
+            attributed.unpersist()
+        return section
+    finally:
+        result.unpersist()
+
+
+def _window_operator(plan: Plan, name: str) -> OperatorSpec:
+    op = plan.job.spec.operator(name)
+    if op.aggregate is None or op.aggregate.window.type not in ("tumbling", "hopping"):
+        raise SpecError(f"operators.{name}: verify reconciles tumbling/hopping window aggregates; this operator is "
+                        f"a {op.kind if op.aggregate is None else op.aggregate.window.type + ' window'}; use "
+                        "backfill diff for other outputs")
+    return op
+
+
+def _published(plan: Plan, name: str) -> TableRef:
+    """The operator's published sink (what `backfill run` wrote)."""
+    sink = plan.job.spec.sinks.get(name)
+    if sink is None:
+        raise SpecError(f"operators.{name} has no sink, so nothing was published to verify; add sinks.{name}")
+    path = plan.job.resolve(sink.path)
+    if not Path(path).exists():
+        raise SourceError(f"sinks.{name}: {path} does not exist; run `backfill run {plan.job.path}` first, "
+                          "or pass --run")
+    return TableRef(path=path, format=sink.format)
+
+
+def _ledger(spark: SparkSession, plan: Plan) -> DataFrame | None:
+    """The run's ledger (late drops with their stream time), when the job publishes one."""
+    if not plan.ledger_sink or not Path(plan.ledger_sink).exists():
+        return None
+    sink = plan.job.spec.sinks["_ledger"]
+    return read_table(spark, TableRef(plan.ledger_sink, sink.format))
+
+
+def _text_key(df: DataFrame) -> DataFrame:
+    return df.withColumn("key", causes_mod.key_text(df))
+
+
+def _in_range(plan: Plan, df: DataFrame) -> DataFrame:
+    """Windows whose start is in the verified range [start, end) (the run's range)."""
+    if plan.start is not None:
+        df = df.where(F.col("window_start") >= F.lit(plan.start))
+    if plan.end is not None:
+        df = df.where(F.col("window_start") < F.lit(plan.end))
+    return df
+
+
+def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
+    notes = []
+    if len(order) < 2:
+        notes.append("the streaming output has no partition/offset columns: its last row per window is not "
+                     "knowable, the largest values are kept")
+    if updates:
+        notes.append("emit: updates: the last value per window is compared (intermediate updates depend on cache "
+                     "flushes, kafka-streams.md 14.2.2); repeats beyond the backfill's own are duplicates")
+    if "ts" not in cmp.columns:
+        notes.append("ts is not compared (missing on one side)")
+    return notes
+
+
+def _stream_bounds(result: DataFrame, cmp: Comparison) -> tuple[int | None, int | None]:
+    row = result.where(F.col("category") != cmp.label("missing")).agg(
+        F.min("window_start").alias("lo"), F.max("window_start").alias("hi")).first()
+    return (row["lo"], row["hi"]) if row is not None else (None, None)
+
+
+def _stream_suite(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> dict[str, Any]:
+    """The window suite on the streaming output as archived (every row, not only the last per window)."""
+    unique = ("partition", "offset") if {"partition", "offset"} <= set(stream.columns) else None
+    checks = window_checks(op, stream.columns, unique)
+    docs = report_dir / "gx" / op.name
+    result = validate(window_frame(stream, op), f"{op.name}.stream", f"streaming output of {op.name}", checks,
+                      result_format=RESULT_FORMAT_REPORT, docs_dir=docs)
+    out = result.to_dict()
+    out["docs"] = str(Path("gx") / op.name / "index.html")
+    return out
+
+
+# ----------------------------------------------------------------------------- diff
+
+
+def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], tolerances: dict[str, Tolerance],
+                report_dir: Path, progress: Progress = lambda _: None) -> Outcome:
+    """Compare two outputs keyed by `on` (reprocessing after a logic change): no causes, same report."""
+    started, stamp = time.time(), dt.datetime.now(dt.timezone.utc).isoformat()
+    old_ref, new_ref = parse_ref(old), parse_ref(new)
+    progress(f"reading {old_ref} and {new_ref}")
+    left, right = read_table(spark, old_ref), read_table(spark, new_ref)
+    keys = tuple(c.strip() for c in on if c.strip())
+    if not keys:
+        raise SpecError("--on: give the key columns, e.g. --on key,window_start")
+    for what, df in (("OLD", left), ("NEW", right)):
+        require_columns(df, keys, f"{what} {old_ref if what == 'OLD' else new_ref}", "check --on")
+    columns = tuple(c for c in left.columns if c in right.columns and c not in keys and c not in BOOKKEEPING)
+    ordered = "emit_seq" in left.columns and "emit_seq" in right.columns and "emit_seq" not in keys
+    cmp = Comparison(keys=keys, columns=columns, tolerances=tolerances, left="old", right="new",
+                     left_order=("emit_seq",) if ordered else (), right_order=("emit_seq",) if ordered else (),
+                     updates=ordered)
+    right = align(left, right, cmp)
+    progress("comparing")
+    result = compare(last_per_key(left, keys, columns, cmp.left_order),
+                     normalise(right, left if ordered else None, cmp), cmp).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = category_counts(result, cmp)
+        section = Section(name="diff", left=str(old_ref), right=str(new_ref), sides=("old", "new"), keys=keys,
+                          columns=columns, counts=counts, samples=_samples(result, None, cmp, None, None),
+                          timeline=_timeline(result, 1) if "window_start" in keys else [],
+                          notes=[f"compared columns: {', '.join(columns) or '(keys only)'}"])
+    finally:
+        result.unpersist()
+    return Outcome(mode="diff", job=None, sections=[section], report_dir=report_dir, started_at=stamp,
+                   duration_s=time.time() - started)
+
+
+# ----------------------------------------------------------------------------- what the report shows
+
+
+def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, ev: causes_mod.Evidence | None,
+             windows: TimeWindows | None) -> list[dict[str, Any]]:
+    """A few rows per (category, cause), with the input records behind them when the input is known."""
+    frame = result.where(F.col("category") == MATCH).withColumn("cause", F.lit(None).cast("string")) \
+        .withColumn("detail", F.lit(None).cast("string")).withColumn("records", F.lit(None))
+    if attributed is not None:
+        frame = frame.unionByName(attributed.select(*frame.columns), allowMissingColumns=True)
+    else:
+        rest = result.where(F.col("category") != MATCH).withColumn("cause", F.lit(None).cast("string")) \
+            .withColumn("detail", F.lit(None).cast("string")).withColumn("records", F.lit(None))
+        frame = frame.unionByName(rest)
+    group = Window.partitionBy("category", "cause").orderBy(*cmp.keys)
+    picked = frame.withColumn("_n", F.row_number().over(group)).where(F.col("_n") <= SAMPLES_PER_GROUP).drop("_n")
+    rows = [r.asDict(recursive=True) for r in picked.collect()]
+    if ev is not None and windows is not None and rows:
+        _attach_inputs(rows, ev, windows)
+    order = {c: i for i, c in enumerate(cmp.categories)}
+    return sorted(rows, key=lambda r: (order.get(r["category"], 99), r.get("cause") or "", str(r[cmp.keys[0]])))
+
+
+def _attach_inputs(rows: list[dict[str, Any]], ev: causes_mod.Evidence, windows: TimeWindows) -> None:
+    """Each sampled window's input records (partition, offset, ts, status, value)."""
+    spark = ev.raw.sparkSession
+    wanted = spark.createDataFrame([(r["key"], r["window_start"]) for r in rows], "key string, window_start long")
+    found = causes_mod.sample_members(ev, windows, wanted, RECORDS_PER_SAMPLE).select(
+        "key", "window_start", "partition", "offset", "ts", "status", F.to_json(F.struct("value")).alias("value"))
+    by_window: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for rec in found.collect():
+        by_window.setdefault((rec["key"], rec["window_start"]), []).append(
+            {"partition": rec["partition"], "offset": rec["offset"], "ts": rec["ts"], "status": rec["status"],
+             "value": rec["value"]})
+    for r in rows:
+        r["inputs"] = sorted(by_window.get((r["key"], r["window_start"]), []),
+                             key=lambda x: (x["partition"], x["offset"]))
+
+
+def _timeline(result: DataFrame, step: int) -> list[dict[str, Any]]:
+    """Rows and non-matches per bucket of window start (at most TIMELINE_BUCKETS buckets)."""
+    bounds = result.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi")).first()
+    if bounds is None or bounds["lo"] is None:
+        return []
+    lo, hi = bounds["lo"], bounds["hi"]
+    width = max(step, math.ceil((hi - lo + 1) / TIMELINE_BUCKETS / step) * step)
+    bucket = F.floor((F.col("window_start") - F.lit(lo)) / F.lit(width)).cast("long")
+    rows = result.groupBy(bucket.alias("b")).agg(
+        F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("category") != MATCH, 1)).alias("differ")).collect()
+    return sorted(({"start": lo + r["b"] * width, "width": width, "rows": r["rows"], "differ": r["differ"]}
+                   for r in rows), key=lambda x: x["start"])
+
+
+def _lateness(ledger: DataFrame | None, operator: str, bins: int = 30) -> list[dict[str, Any]]:
+    """Histogram of how far behind stream time the operator's late drops were (ms)."""
+    if ledger is None:
+        return []
+    late = ledger.where((F.col("operator") == operator) & (F.col("reason") == "late")).select(
+        (F.col("stream_time") - F.col("timestamp")).alias("behind"))
+    top = late.agg(F.max("behind").alias("hi")).first()
+    if top is None or top["hi"] is None:
+        return []
+    width = max(1, math.ceil((top["hi"] + 1) / bins))
+    rows = late.groupBy(F.floor(F.col("behind") / F.lit(width)).cast("long").alias("b")).count().collect()
+    return sorted(({"from_ms": r["b"] * width, "to_ms": (r["b"] + 1) * width, "count": r["count"]} for r in rows),
+                  key=lambda x: x["from_ms"])

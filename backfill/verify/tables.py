@@ -1,0 +1,81 @@
+"""Outputs to compare: a Delta table (optionally `path@version`), a parquet folder or a JSONL file/folder."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill.errors import SourceError, SpecError
+
+_VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """Where an output lives: path, format (delta | parquet | jsonl) and a Delta version (time travel)."""
+
+    path: str
+    format: str
+    version: int | None = None
+
+    def __str__(self) -> str:
+        return self.path + (f"@{self.version}" if self.version is not None else "")
+
+
+def parse_ref(text: str, base: str | None = None) -> TableRef:
+    """`path`, `path@version` (Delta), relative to `base` when given; the format is detected from the path."""
+    match = _VERSIONED.match(text)
+    path, version = (match["path"], int(match["version"])) if match else (text, None)
+    if base is not None and not os.path.isabs(path):
+        path = os.path.normpath(os.path.join(base, path))
+    if not os.path.exists(path):
+        raise SourceError(f"{path}: no such table or file (give a Delta table, a parquet folder or a JSONL "
+                          "file/folder; path@version reads a Delta version)")
+    fmt = detect_format(path)
+    if version is not None and fmt != "delta":
+        raise SpecError(f"{text}: @{version} selects a Delta version, but {path} is {fmt}, not a Delta table")
+    return TableRef(path=path, format=fmt, version=version)
+
+
+def detect_format(path: str) -> str:
+    """delta when a `_delta_log` is there, jsonl for *.jsonl/*.json files or folders of them, else parquet."""
+    if os.path.isdir(os.path.join(path, "_delta_log")):
+        return "delta"
+    if os.path.isfile(path):
+        return "jsonl" if path.endswith((".jsonl", ".json")) else "parquet"
+    names = [n for n in os.listdir(path) if not n.startswith((".", "_"))]
+    if names and all(n.endswith((".json", ".jsonl")) or (n.startswith("part-") and ".parquet" not in n)
+                     for n in names):
+        return "jsonl"
+    return "parquet"
+
+
+def read_table(spark: SparkSession, ref: TableRef) -> DataFrame:
+    """The output as a DataFrame (Delta through the project's Delta module, so delta-rs or delta-spark)."""
+    if ref.format == "delta":
+        from backfill.io.delta import read_delta
+
+        return read_delta(spark, ref.path, version=ref.version)
+    if ref.format == "jsonl":
+        return spark.read.json(ref.path)
+    return spark.read.parquet(ref.path)
+
+
+def apply_mapping(df: DataFrame, mapping: dict[str, str], where: str) -> DataFrame:
+    """Rename source columns to ours: mapping is {our column: source column} (`--map col=source_col`)."""
+    for ours, theirs in mapping.items():
+        if theirs not in df.columns:
+            raise SourceError(f"{where}: --map {ours}={theirs}: no column {theirs!r} (columns: {', '.join(df.columns)})")
+    renamed = df.select(*[F.col(f"`{c}`").alias(_target(c, mapping)) for c in df.columns])
+    return renamed
+
+
+def _target(column: str, mapping: dict[str, str]) -> str:
+    """The name a source column takes: ours when mapped, else unchanged (unless a mapped name shadows it)."""
+    for ours, theirs in mapping.items():
+        if theirs == column:
+            return ours
+    return column if column not in mapping else f"_unmapped_{column}"

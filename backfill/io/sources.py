@@ -96,7 +96,7 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) 
     problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
                                          F.lit("unreadable record: no partition or offset")))
     key, key_problem = _key(df, spec)
-    value, value_problem = _value(df, spec, job)
+    df, value, value_problem = _value(df, spec, job)
     seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
     out = df.select(
         F.lit(name).alias("source"), F.lit(rank).cast("int").alias("source_rank"),
@@ -132,25 +132,27 @@ def _key(df: DataFrame, spec: SourceSpec) -> tuple[Column, Column]:
     return raw.cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
 
 
-def _value(df: DataFrame, spec: SourceSpec, job: Job) -> tuple[Column, Column]:
+def _value(df: DataFrame, spec: SourceSpec, job: Job) -> tuple[DataFrame, Column, Column]:
+    """The decoded value and why it is unreadable; JSON is parsed once, into a column both read."""
     dtype = df.schema["value"].dataType
     none = F.lit(None).cast("string")
     if spec.value.format == "string" or isinstance(dtype, T.StructType):
         if isinstance(dtype, T.StructType) and spec.value.format == "string":
-            return F.to_json("value"), none
-        return (F.col("value").cast("string") if not isinstance(dtype, T.StructType) else F.col("value")), none
+            return df, F.to_json("value"), none
+        return df, (F.col("value").cast("string") if not isinstance(dtype, T.StructType) else F.col("value")), none
     text = F.col("value").cast("string")
     if spec.value.schema_:
         schema = load_value_schema(job.resolve(spec.value.schema_))
     else:
         schema = _infer_schema(df, text)
-    parsed = F.from_json(text, _with_corrupt(schema),
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    df = df.withColumn("__parsed", F.from_json(text, _with_corrupt(schema),
+                                               {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}))
+    parsed = F.col("__parsed")
     fields = [f.name for f in schema.fields if f.name != CORRUPT]
     value = F.when(text.isNull(), F.lit(None)).otherwise(F.struct(*[parsed[f].alias(f) for f in fields]))
     bad = F.when(text.isNotNull() & (parsed.isNull() | parsed[CORRUPT].isNotNull()),
                  F.lit("unreadable value: not a JSON object matching the value schema"))
-    return value, bad
+    return df, value, bad
 
 
 def _with_corrupt(schema: T.StructType) -> T.StructType:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -29,6 +30,7 @@ class AggregateResult:
     output: DataFrame
     ledger: DataFrame
     incomplete: DataFrame | None
+    cached: tuple[DataFrame, ...] = ()
 
 
 def reaches(op: OperatorSpec) -> Column:
@@ -73,10 +75,11 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
                        window_end=F.col("window_end"), range_time=F.col("window_start"))
     accepted = _pairs(keyed, windows, st).where("_accepted")
     if spec.emit == "updates":
-        output, incomplete = _updates(accepted, aggs, windows), None
-    else:
-        output, incomplete = _final(accepted, aggs, windows, final_st or {})
-    return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete)
+        return AggregateResult(output=_updates(accepted, aggs, windows), ledger=null_keys.unionByName(late),
+                               incomplete=None)
+    output, incomplete, cached = _final(accepted, aggs, windows, final_st or {})
+    return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete,
+                           cached=(cached,))
 
 
 def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
@@ -113,17 +116,19 @@ def _updates(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindow
 
 
 def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
-           final_st: dict[int, int]) -> tuple[DataFrame, DataFrame]:
-    """One row per window closed by the end of the data; open windows are reported, not emitted."""
+           final_st: dict[int, int]) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """One row per window closed by the end of the data; open windows are reported, not emitted.
+
+    Windows are aggregated once and cached: the sink, the open-window count and checks all read them.
+    """
     # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
     task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
         if final_st else F.lit(None).cast("long")
-    accepted = accepted.withColumn("_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace),
-                                                         F.lit(False)))
+    windows = _windows(accepted, aggs, w).withColumn(
+        "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
+    windows = windows.persist(StorageLevel.MEMORY_AND_DISK)
     cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
-    output = _windows(accepted.where("_closed"), aggs, w).select(*cols)
-    incomplete = _windows(accepted.where("NOT _closed"), aggs, w).select(*cols, "task")
-    return output, incomplete
+    return windows.where("_closed").select(*cols), windows.where("NOT _closed").select(*cols, "task"), windows
 
 
 def _windows(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows) -> DataFrame:

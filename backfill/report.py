@@ -30,6 +30,10 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
                   "of the data, not emitted[/]", highlight=False)
     ledger = ", ".join(f"{k} {v:,}" for k, v in sorted(summary["ledger"].items())) or "empty"
     console.print(f"ledger rows: {summary['ledger_rows']:,} in range ({ledger} in all)", highlight=False)
+    suites = summary.get("expectations") or {}
+    if suites:
+        console.print(f"expectations: {sum(s['success'] for s in suites.values())} of {len(suites)} suites passed "
+                      "before publish", highlight=False)
     for name, sink in summary["sinks"].items():
         version = f" version {sink['version']}" if sink.get("version") is not None else ""
         console.print(f"  {name} -> {sink['path']} ({sink['rows']:,} rows{version})", highlight=False)

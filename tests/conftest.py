@@ -17,15 +17,39 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark():
-    """The test run's SparkSession (built from conf/local.yaml, with test-sized shuffles)."""
+    """A live local SparkSession (built from conf/local.yaml, test-sized shuffles).
+
+    Function-scoped but cheap: it returns the active session, and builds a new one only when a test
+    stopped it (the standalone-cluster tests stop the local session to start a cluster driver).
+    """
     from backfill.session import get_spark
 
     session = get_spark("local")
     session.conf.set("spark.sql.shuffle.partitions", "4")
-    yield session
-    session.stop()
+    return session
+
+
+@pytest.fixture(scope="module")
+def spark_module():
+    """The same live session, for module-scoped fixtures."""
+    from backfill.session import get_spark
+
+    session = get_spark("local")
+    session.conf.set("spark.sql.shuffle.partitions", "4")
+    return session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_spark_at_exit():
+    """Stop whatever session is left when the test run ends."""
+    yield
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -1,6 +1,6 @@
 """Property tests: Spark stream-stream joins equal the record-at-a-time reference on random timelines.
 
-One Spark run per example: up to 10 scenarios, each in its own partition number (its own task), and five
+One Spark run per example: up to 12 scenarios, each in its own partition number (its own task), and five
 join operators over the same two sources (inner, left, outer, left and outer with the fix disabled), each
 with its own random JoinWindows (asymmetric, negative sides, zero grace). Timestamps go backwards, tie,
 and sit on window and retention edges; keys and values are sometimes null.
@@ -18,7 +18,7 @@ from tests.golden.harness import JOINER, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 # no shrinking: one Spark run per example; a failure prints its full example, to be kept as a golden test
-SETTINGS = settings(max_examples=5, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 STAMPS = st.one_of(st.integers(0, 45), st.sampled_from([0, 1, 2, 5, 9, 10, 11, 15, 20, 21, 30]))
@@ -32,7 +32,7 @@ OPERATORS = [("inner", False), ("left", False), ("outer", False), ("left", True)
 
 
 @st.composite
-def timelines(draw: Any, scenarios: int = 10) -> dict[str, list[dict[str, Any]]]:
+def timelines(draw: Any, scenarios: int = 12) -> dict[str, list[dict[str, Any]]]:
     """Left and right records of up to `scenarios` scenarios; partition = scenario keeps each in its own task."""
     out: dict[str, list[dict[str, Any]]] = {"left": [], "right": []}
     for part in range(draw(st.integers(1, scenarios))):
@@ -66,8 +66,8 @@ def _job(windows: list[tuple[int, int, int]]) -> str:
     return f"""
 name: join-prop
 sources:
-  left: {{format: jsonl, path: inputs/left.jsonl, partitions: 10}}
-  right: {{format: jsonl, path: inputs/right.jsonl, partitions: 10}}
+  left: {{format: jsonl, path: inputs/left.jsonl, partitions: 12}}
+  right: {{format: jsonl, path: inputs/right.jsonl, partitions: 12}}
 operators:
 {chr(10).join(ops)}
 sinks:

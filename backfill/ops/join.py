@@ -13,6 +13,7 @@ The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable from
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,8 @@ STRIDE = 2**31  # emit_seq = seq * 2^31 + phase base + position in the phase (ga
 PHASE_BASE = (0, 2**30, STRIDE - 1)
 JAVA_MAX = 2**63 - 1
 JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
-KERNEL_SCHEMA = "task int, out_seq long, phase int, idx long, seq long"
+KERNEL_SCHEMA = "task int, out_seq long, idx long, seq long, ts long"
+FLAG_COLUMNS = ("_side", "_stj", "_to", "_korder")  # what the outer-store kernel needs of a record
 
 
 def emit_seq(out_seq: int, phase: int, idx: int) -> int:
@@ -96,35 +98,33 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str) -> JoinResult:
     assert spec is not None
     w = JoinWindows.of(spec)
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
-    # the task order is re-derived per action upstream; every branch below reads this one projection
-    recs = _records(ordered, spec, st, w).persist(StorageLevel.MEMORY_AND_DISK)
+    recs = _records(ordered, spec, st, w)  # a projection of the task order, which the caller materialises
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-    pairs = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True))
-    null_rows = _non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull() & F.col("_outer")),
-                            F.col("seq"), IMMEDIATE)
-    ledger = _null_ledger(recs, op.name)
-    cached: tuple[DataFrame, ...] = (recs,)
+    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True)).unionByName(
+        _non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull() & F.col("_outer")),
+                    F.col("seq"), IMMEDIATE))
+    cached: tuple[DataFrame, ...] = ()
     incomplete = None
-    if not outer_sides(spec):
-        flags = joinable.join(_matched_refused(joinable, w), ["task", "seq"], "left")
-        rows = pairs.unionByName(null_rows)
-    else:
-        flags = joinable.join(_summary(_pair_join(joinable, joinable, w, "both", wide=False)),
-                              ["task", "seq"], "left").persist(StorageLevel.MEMORY_AND_DISK)
-        lone = flags.where(F.col("_outer") & ~F.coalesce(F.col("matched"), F.lit(False)))
+    if outer_sides(spec):
+        flags = functools.reduce(DataFrame.unionByName, [_outer_flags(joinable, w, side)
+                                                         for side in outer_sides(spec)])
+        lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
         now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
-        rows = pairs.unionByName(null_rows).unionByName(_non_joined(now, F.col("seq"), IMMEDIATE))
-        cached += (flags,)
+        rows = rows.unionByName(_non_joined(_with_values(recs, now), F.col("seq"), IMMEDIATE))
+        cached += (lone,)
         if not w.eager:
-            kernel = _outer_store(flags, w).persist(StorageLevel.MEMORY_AND_DISK)
-            waited = flags.join(kernel, ["task", "seq"])
-            rows = rows.unionByName(_non_joined(waited.where(F.col("out_seq").isNotNull()), F.col("out_seq"),
-                                                TRIGGERED, F.col("idx")))
-            incomplete = waited.where(F.col("out_seq").isNull()).select("key", "ts", "task", "seq")
+            kernel = _outer_store(lone, joinable, w).persist(StorageLevel.MEMORY_AND_DISK)
+            emitted = kernel.where(F.col("out_seq").isNotNull())
+            rows = rows.unionByName(_non_joined(_with_values(recs, emitted), F.col("out_seq"), TRIGGERED,
+                                                F.col("idx")))
+            incomplete = kernel.where(F.col("out_seq").isNull()).select("ts", "task", "seq")
             cached += (kernel,)
-    expired = flags.where(~F.col("_outer") & F.col("_refused") & ~F.coalesce(F.col("matched"), F.lit(False)))
-    ledger = ledger.unionByName(ledger_rows(expired, reason=EXPIRED, operator=op.name,
-                                            stream_time=F.col("_sst_own"), range_time=F.col("ts")))
+    # refused by its store and found nothing on arrival: no effect at all (an outer side still gives a row)
+    refused = joinable.where(F.col("_refused") & ~F.col("_outer"))
+    expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti") \
+        if len(outer_sides(spec)) < 2 else recs.where(F.lit(False))
+    ledger = _null_ledger(recs, op.name).unionByName(ledger_rows(
+        expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", F.expr(joiner).alias("value"), "ts",
                          _emit_seq_col(F.col("_out_seq"), F.col("_phase"), F.col("_idx")).alias("emit_seq"), "task")
     return JoinResult(output=output, ledger=ledger, incomplete=incomplete, cached=cached)
@@ -157,33 +157,46 @@ def _bucket_width(w: JoinWindows) -> int:
     return max(w.before + w.after, 1)
 
 
-def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool) -> DataFrame:
-    """Visible pairs: equi-join on (task, key, bucket) plus the bounds and retention of the later record."""
+def bucketed(left: DataFrame, right: DataFrame, w: JoinWindows, wide: bool = False,
+             extra: tuple[str, ...] = ()) -> tuple[DataFrame, DataFrame, Column]:
+    """Left rows exploded over the time buckets their look-up range touches, right rows in one bucket,
+    and the equi-join condition on (task, key, bucket): the candidates a range join evaluates."""
     width = _bucket_width(w)
-    cols = ["task", "key", "seq", "ts", "_sst_other"] + (
+    cols = ["task", "key", "seq", "ts", "_sst_other", *extra] + (
         ["value", "timestamp", "topic", "partition", "offset"] if wide else [])
+    # a left row covers both processors' ranges: [0 if ts == 0 else max(0, ts - before), max(0, ts + after)]
     lo = F.when(F.col("ts") == 0, F.lit(0)).otherwise(F.greatest(F.lit(0), F.col("ts") - F.lit(w.before)))
     hi = F.greatest(F.lit(0), F.col("ts") + F.lit(w.after))
-    # a left row covers both processors' ranges: [0 if ts == 0 else max(0, ts - before), max(0, ts + after)]
     lrows = left.where(F.col("_side") == LEFT).select(
-        *[F.col(c).alias(f"l_{c}") for c in cols],
-        F.explode(F.sequence(F.floor(lo / width), F.floor(hi / width))).alias("l_bucket"))
+        *[F.col(c).alias(f"l_{c}") for c in cols], lo.alias("_lo"), hi.alias("_hi")).select(
+        *[f"l_{c}" for c in cols], F.explode(F.expr(f"sequence(_lo div {width}L, _hi div {width}L)")).alias("l_bucket"))
     rrows = right.where(F.col("_side") == RIGHT).select(
-        *[F.col(c).alias(f"r_{c}") for c in cols], F.floor(F.col("ts") / width).alias("r_bucket"))
-    l, r = F.col, F.col
-    ret = F.lit(w.retention)
-    left_later = ((l("l_seq") > r("r_seq")) & r("r_ts").between(F.greatest(F.lit(0), l("l_ts") - w.before),
-                                                              F.greatest(F.lit(0), l("l_ts") + w.after))
-                  & (r("r_ts") > l("l__sst_other") - ret))
-    right_later = ((r("r_seq") > l("l_seq")) & l("l_ts").between(F.greatest(F.lit(0), r("r_ts") - w.after),
-                                                               F.greatest(F.lit(0), r("r_ts") + w.before))
-                   & (l("l_ts") > r("r__sst_other") - ret))
-    visible = {"both": left_later | right_later, "left_later": left_later, "right_later": right_later}[direction]
-    on = (l("l_task") == r("r_task")) & (l("l_key") == r("r_key")) & (l("l_bucket") == r("r_bucket")) & visible
-    return lrows.join(rrows, on)
+        *[F.col(c).alias(f"r_{c}") for c in cols], F.expr(f"ts div {width}L").alias("r_bucket"))
+    equi = (F.col("l_task") == F.col("r_task")) & (F.col("l_key") == F.col("r_key")) & (
+        F.col("l_bucket") == F.col("r_bucket"))
+    return lrows, rrows, equi
+
+
+def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool) -> DataFrame:
+    """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (9, 10.1)."""
+    lrows, rrows, equi = bucketed(left, right, w, wide)
+    return lrows.join(rrows, equi & _visible(w, direction))
+
+
+def _visible(w: JoinWindows, direction: str) -> Column:
+    """The later record finds the earlier: in its [from, to] and still retained, ts > storeST - R."""
+    c, ret = F.col, F.lit(w.retention)
+    left_later = ((c("l_seq") > c("r_seq")) & c("r_ts").between(F.greatest(F.lit(0), c("l_ts") - w.before),
+                                                              F.greatest(F.lit(0), c("l_ts") + w.after))
+                  & (c("r_ts") > c("l__sst_other") - ret))
+    right_later = ((c("r_seq") > c("l_seq")) & c("l_ts").between(F.greatest(F.lit(0), c("r_ts") - w.after),
+                                                               F.greatest(F.lit(0), c("r_ts") + w.before))
+                   & (c("l_ts") > c("r__sst_other") - ret))
+    return {"both": left_later | right_later, "left_later": left_later, "right_later": right_later}[direction]
 
 
 def _side_struct(prefix: str) -> Column:
+    """The joiner's view of one side of a pair (left.* / right.*)."""
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
 
 
@@ -212,6 +225,7 @@ def _non_joined(recs: DataFrame, out_seq: Column, phase: int, idx: Column | None
 
 
 def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:
+    """emit_seq() as a column; fails the run rather than overlap two phases."""
     base = F.when(phase == TRIGGERED, F.lit(PHASE_BASE[0])).when(phase == JOINED, F.lit(PHASE_BASE[1])).otherwise(
         F.lit(PHASE_BASE[2]))
     value = out_seq * F.lit(STRIDE) + base + idx
@@ -219,24 +233,32 @@ def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:
         F.raise_error(F.lit("a record emitted 2^30 join results or more; emit_seq cannot order them")))
 
 
-def _summary(pairs: DataFrame) -> DataFrame:
-    """Per record: matched (found a visible row when processed) and del_seq (first later record joining it)."""
-    later, earlier = F.greatest("l_seq", "r_seq"), F.least("l_seq", "r_seq")
-    as_later = pairs.select(F.col("l_task").alias("task"), later.alias("seq"), F.lit(True).alias("matched"),
-                            F.lit(None).cast("long").alias("del_seq"))
-    as_earlier = pairs.select(F.col("l_task").alias("task"), earlier.alias("seq"), F.lit(False).alias("matched"),
-                              later.alias("del_seq"))
-    return as_later.unionByName(as_earlier).groupBy("task", "seq").agg(
-        F.max("matched").alias("matched"), F.min("del_seq").alias("del_seq"))
+def _outer_flags(joinable: DataFrame, w: JoinWindows, side: int) -> DataFrame:
+    """Per record of an outer side: `matched` (it found a visible row when processed, 10.2 step 5) and
+    `del_seq` (the first later record joining it, which deletes its outer-store entry), from one left
+    outer range join: a record without any visible pair comes out once, null-extended."""
+    lrows, rrows, equi = bucketed(joinable, joinable, w, extra=FLAG_COLUMNS)
+    this, other = ("l", "r") if side == LEFT else ("r", "l")
+    mine, theirs = (lrows, rrows) if side == LEFT else (rrows, lrows)
+    seq, other_seq = F.col(f"{this}_seq"), F.col(f"{other}_seq")
+    rows = mine.join(theirs, equi & _visible(w, "both"), "left")
+    return rows.groupBy(F.col(f"{this}_task").alias("task"), seq.alias("seq")).agg(
+        *[F.any_value(f"{this}_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)],
+        F.max(F.coalesce(seq > other_seq, F.lit(False))).alias("matched"),
+        F.min(F.when(other_seq > seq, other_seq)).alias("del_seq"))
 
 
-def _matched_refused(joinable: DataFrame, w: JoinWindows) -> DataFrame:
-    """Inner joins need `matched` only for records whose write was refused (the `expired` ledger)."""
-    refused = joinable.where("_refused")
-    pairs = _pair_join(refused, joinable, w, "left_later", wide=False).unionByName(
-        _pair_join(joinable, refused, w, "right_later", wide=False))
-    return pairs.select(F.col("l_task").alias("task"), F.greatest("l_seq", "r_seq").alias("seq")).distinct() \
-        .withColumn("matched", F.lit(True))
+def _matched_later(later: DataFrame, joinable: DataFrame, w: JoinWindows) -> DataFrame:
+    """(task, seq) of the records in `later` that found a visible row when processed (few: refused writes)."""
+    pairs = _pair_join(later, joinable, w, "left_later", wide=False).unionByName(
+        _pair_join(joinable, later, w, "right_later", wide=False))
+    return pairs.select(F.col("l_task").alias("task"), F.greatest("l_seq", "r_seq").alias("seq")).distinct()
+
+
+def _with_values(recs: DataFrame, picked: DataFrame) -> DataFrame:
+    """The record columns of picked (task, seq) rows, keeping picked's extra columns."""
+    extra = [c for c in picked.columns if c not in recs.columns or c in ("task", "seq")]
+    return recs.join(picked.select(*extra), ["task", "seq"])
 
 
 def _null_ledger(recs: DataFrame, name: str) -> DataFrame:
@@ -250,27 +272,30 @@ def _null_ledger(recs: DataFrame, name: str) -> DataFrame:
                     range_time=F.col("ts")))
 
 
-def _outer_store(flags: DataFrame, w: JoinWindows) -> DataFrame:
+def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows) -> DataFrame:
     """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6)."""
-    lone = F.col("_outer") & ~F.coalesce(F.col("matched"), F.lit(False))
-    waits = lone & (F.col("_to") >= F.col("_stj"))
-    trigger = F.col("ts") == F.col("_stj")
-    events = flags.where(waits | trigger).select(
-        "task", "seq", F.col("_side").alias("side"), "ts", F.col("_stj").alias("stj"),
-        F.col("_korder").alias("korder"), waits.alias("waits"), trigger.alias("trigger"),
-        F.coalesce(F.col("del_seq"), F.lit(JAVA_MAX)).alias("del_seq"))
-    return events.groupBy("task").applyInPandas(_kernel(w), KERNEL_SCHEMA)
+    waits = lone.where(F.col("_to") >= F.col("_stj")).select(
+        "task", "seq", "ts", *FLAG_COLUMNS, F.lit(True).alias("waits"),
+        F.coalesce("del_seq", F.lit(JAVA_MAX)).alias("del_seq"))
+    triggers = joinable.where(F.col("ts") == F.col("_stj")).select(  # only the newest record triggers (step 4)
+        "task", "seq", "ts", *FLAG_COLUMNS, F.lit(False).alias("waits"), F.lit(JAVA_MAX).alias("del_seq"))
+    return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w), KERNEL_SCHEMA)
 
 
 def _kernel(w: JoinWindows) -> Any:
+    """The applyInPandas function: one task's events -> its emitted and pending outer-store rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        pdf = pdf.sort_values("seq", kind="stable")
+        task = int(pdf["task"].iloc[0])
+        # one row per record: a waiting record that is also a trigger comes twice
+        pdf = pdf.assign(trigger=pdf["ts"] == pdf["_stj"]).groupby("seq", sort=True).agg(
+            side=("_side", "first"), ts=("ts", "first"), stj=("_stj", "first"), korder=("_korder", "first"),
+            waits=("waits", "max"), trigger=("trigger", "max"), del_seq=("del_seq", "min")).reset_index()
         cols = {c: pdf[c].tolist() for c in ("seq", "side", "ts", "stj", "korder", "waits", "trigger", "del_seq")}
         emitted, pending = outer_emissions(w, **cols)
-        task = int(pdf["task"].iloc[0])
-        rows = [(task, s, TRIGGERED, i, e) for s, i, e in emitted] + [(task, None, None, None, e) for e in pending]
-        return pd.DataFrame(rows, columns=["task", "out_seq", "phase", "idx", "seq"]).astype(
-            {"out_seq": "Int64", "phase": "Int32", "idx": "Int64"})
+        ts = dict(zip(cols["seq"], cols["ts"]))
+        rows = [(task, s, i, e, ts[e]) for s, i, e in emitted] + [(task, None, None, e, ts[e]) for e in pending]
+        return pd.DataFrame(rows, columns=["task", "out_seq", "idx", "seq", "ts"]).astype(
+            {"out_seq": "Int64", "idx": "Int64"})
     return run
 
 

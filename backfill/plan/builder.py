@@ -68,7 +68,7 @@ def _join_plan(job: Job, op: OperatorSpec, sink: str | None, start: int | None, 
     spec = op.join
     assert spec is not None
     w = JoinWindows.of(spec)
-    text = (f"{spec.how} join before {format_duration(w.before)} after {format_duration(w.after)} grace "
+    text = (f"{spec.how}, before {format_duration(w.before)} after {format_duration(w.after)} grace "
             f"{format_duration(w.grace)}" + (" (eager: spurious-result fix off)" if w.eager else ""))
     base = {"name": op.name, "kind": "join", "inputs": tuple(op.inputs), "window": text, "emit": "updates",
             "sink": sink}

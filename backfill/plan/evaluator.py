@@ -14,9 +14,10 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from backfill import __version__
-from backfill.errors import BackfillError, NotImplementedYet, PublishError, SourceError
+from backfill.errors import BackfillError, NotImplementedYet, PublishError, SourceError, SpecError
 from backfill.io.sinks import write_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
@@ -183,7 +184,18 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame
         if bound is not None:  # warm-up bound; records without a timestamp stay for the ledger
             df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(bound)))
         frames.append(df)
-    return functools.reduce(DataFrame.unionByName, frames)
+    _check_value_formats(plan, frames)
+    # sources with different JSON value schemas (a join's two topics) union to one struct of all fields
+    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def _check_value_formats(plan: Plan, frames: list[DataFrame]) -> None:
+    """All sources of a job are read as one frame: JSON (struct) and plain values cannot be mixed yet."""
+    kinds = {sp.name: isinstance(df.schema["value"].dataType, T.StructType) for sp, df in zip(plan.sources, frames)}
+    if len(set(kinds.values())) > 1:
+        shown = ", ".join(f"{name}: {'json' if is_json else 'string'}" for name, is_json in kinds.items())
+        raise SpecError(f"{plan.job.path}: sources mix JSON and plain values ({shown}); one job reads all its "
+                        "sources as one table, so give them the same value.format (e.g. json)")
 
 
 def _window_counts(op: OperatorSpec, st: str) -> dict[str, Column]:

@@ -22,15 +22,24 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes)}
 
 
+def _range_column(plan: Plan) -> str:
+    """What --start/--end select: window starts of aggregates, timestamps of join rows."""
+    kinds = {o.kind for o in plan.operators}
+    return {frozenset({"join"}): "timestamp", frozenset({"aggregate"}): "window start"}.get(
+        frozenset(kinds), "window start (aggregates) or timestamp (joins)")
+
+
 def explain(plan: Plan) -> str:
     """A few lines a person reads before running: inputs, range, operators, warm-up and cool-down."""
     lines = [f"job {plan.job.spec.name} ({plan.job.path})",
-             f"outputs: window start in [{instant(plan.start)}, {instant(plan.end)})"]
+             f"outputs: {_range_column(plan)} in [{instant(plan.start)}, {instant(plan.end)})"]
     for s in plan.sources:
         bounds = ""
-        if s.read_from is not None or s.read_until is not None:
-            bounds = f"; event time from {instant(s.read_from)} until the first record per partition at/after " \
-                     f"{instant(s.read_until)}"
+        if s.read_from is not None:
+            bounds = f"; event time from {instant(s.read_from)}"
+        if s.read_until is not None:
+            bounds += f"{'' if bounds else '; event time'} until the first record per partition at/after " \
+                      f"{instant(s.read_until)}"
         lines.append(f"source {s.name}: {s.format} {s.location}; timestamp = {s.timestamp} "
                      f"(invalid: {s.on_invalid}); order = {s.order}{bounds}")
     for o in plan.operators:

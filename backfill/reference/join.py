@@ -12,18 +12,12 @@ import struct
 from collections import defaultdict
 from typing import Any
 
-from backfill.ops.join import IMMEDIATE, JOINED, TRIGGERED, emit_seq
+from backfill.ops.join import IMMEDIATE, JOINED, JOINER_FIELDS, TRIGGERED, emit_seq, java_long
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 from backfill.reference.expr import compile_scalar
 from backfill.spec.models import OperatorSpec
 
 JAVA_MAX = 2**63 - 1
-JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
-
-
-def java_long(x: int) -> int:
-    """Wrap to a signed 64-bit value, as Java long arithmetic does."""
-    return (x + 2**63) % 2**64 - 2**63
 
 
 def key_bytes(key: Any) -> bytes:

@@ -19,6 +19,7 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -45,7 +46,7 @@ class Evidence:
 
     raw: DataFrame  # operator input as read (no ordering): partition, offset, key (text), value, ts, ...
     records: DataFrame  # the same with st (stream time at arrival), cut as the run cut it
-    partitions: DataFrame  # per partition: first_offset, first_ts, end_st
+    partitions: DataFrame  # per partition: first_offset, first_ts, end_st, dense (no offset gap)
     gaps: DataFrame  # per gap: partition, gap_from, gap_to, st_before, ts_after
     late: DataFrame  # ledger late rows of the operator: partition, offset, window_start, stream_time
     ledger_read: bool
@@ -91,7 +92,8 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
     raw, records, offsets = input_records(spark, plan, op)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)
     partitions = (offsets.groupBy("partition").agg(
-        F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"))
+        F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"),
+        (F.max("offset") - F.min("offset") + 1 == F.count(F.lit(1))).alias("dense"))
         .join(records.groupBy("partition").agg(F.max("st").alias("end_st")), "partition", "left"))
     order = Window.partitionBy("partition").orderBy("offset")
     gaps = (offsets.withColumn("_prev", F.lag("offset").over(order))
@@ -243,8 +245,9 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
             .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
         out = (nonmatch.join(best, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
                .join(ties, ["key", "window_start"], "left").join(key_parts, "key", "left"))
-        out = _with_boundaries(out, ev, windows, stream_bounds, cmp)
-        out = _with_gaps(out, ev, windows)
+        parts = ev.partitions.collect()  # one row per input partition
+        out = _with_boundaries(out, parts, windows, stream_bounds, cmp)
+        out = _with_gaps(out, ev, parts, windows)
         order_sensitive = [a.name for a in aggs if a.order_sensitive]
         attributed = _assign(out, cmp, windows, order_sensitive).persist(StorageLevel.MEMORY_AND_DISK)
         attributed.count()  # materialise while the inputs are cached
@@ -255,10 +258,9 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
             frame.unpersist()
 
 
-def _with_boundaries(out: DataFrame, ev: Evidence, windows: TimeWindows, stream_bounds: tuple[int | None, int | None],
-                     cmp: Comparison) -> DataFrame:
+def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows,
+                     stream_bounds: tuple[int | None, int | None], cmp: Comparison) -> DataFrame:
     """`_end_open` / `_start_open` (window incomplete in the data read) and `_outside` (the stream's range)."""
-    parts = ev.partitions.collect()  # one row per input partition
     end_st = {r["partition"]: r["end_st"] for r in parts}
     late_start = {r["partition"]: r["first_ts"] for r in parts if (r["first_offset"] or 0) > 0}
     closes = F.col("window_start") + F.lit(windows.size + windows.grace)  # window end + grace
@@ -286,9 +288,11 @@ def _with_boundaries(out: DataFrame, ev: Evidence, windows: TimeWindows, stream_
     return out.withColumn("_end_open", end_open).withColumn("_start_open", start_open).withColumn("_outside", outside)
 
 
-def _with_gaps(out: DataFrame, ev: Evidence, windows: TimeWindows) -> DataFrame:
+def _with_gaps(out: DataFrame, ev: Evidence, parts: list[Any], windows: TimeWindows) -> DataFrame:
     """`_gap`: an offset gap in the key's partition (any partition for a key never read) while the window was open."""
-    gaps = ev.gaps.collect()
+    # only partitions whose offsets are not dense need the offset-ordered pass that finds the gaps
+    gapped = [r["partition"] for r in parts if not r["dense"]]
+    gaps = ev.gaps.where(F.col("partition").isin(gapped)).collect() if gapped else []
     if not gaps:
         return out.withColumn("_gap", F.lit(None).cast("string"))
     hits = []

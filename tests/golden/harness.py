@@ -77,7 +77,7 @@ def sided_timeline(inputs: list[dict[str, Any]], partition: int = 0) -> dict[str
         rows.append({"topic": r["side"], "partition": partition, "offset": len(rows),
                      "key": None if r["key"] is None else str(r["key"]),
                      "value": None if r["value"] is None else str(r["value"]),
-                     "timestamp": r["ts"] if r["ts"] != "auto" else 0, "seq": seq})
+                     "timestamp": 0 if r["ts"] == "auto" else r["ts"], "seq": seq})  # auto: the driver's clock
     return out
 
 

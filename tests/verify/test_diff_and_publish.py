@@ -1,0 +1,71 @@
+"""`backfill diff` between two versions of one Delta table; expectations that fail block a publish."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from typer.testing import CliRunner
+
+from backfill.cli import app
+from backfill.errors import PublishError
+from backfill.spec.models import OperatorSpec
+
+pytestmark = [pytest.mark.spark]
+SCHEMA = pa.schema([("key", pa.string()), ("window_start", pa.int64()), ("window_end", pa.int64()),
+                    ("n", pa.int64()), ("amount", pa.float64()), ("ts", pa.int64())])
+
+
+def _table(rows: list[tuple]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in rows], schema=SCHEMA)
+
+
+def test_diff_two_versions_of_one_delta_table(tmp_path: Path, spark: Any) -> None:
+    path = str(tmp_path / "gold")
+    write_deltalake(path, _table([("a", 0, 60_000, 3, 1.0, 10), ("b", 0, 60_000, 1, 2.0, 20),
+                                  ("c", 0, 60_000, 2, 3.0, 30), ("d", 0, 60_000, 1, 4.0, 40)]))
+    write_deltalake(path, _table([("a", 0, 60_000, 3, 1.004, 10), ("b", 0, 60_000, 2, 2.0, 20),
+                                  ("c", 0, 60_000, 2, 3.0, 30), ("e", 0, 60_000, 1, 5.0, 50)]), mode="overwrite")
+    result = CliRunner().invoke(app, ["diff", f"{path}@0", path, "--on", "key,window_start", "--tolerance",
+                                      "amount=abs:0.01", "--json", "--report", str(tmp_path / "report")])
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "differences" and "causes" not in report
+    assert report["counts"] == {"match": 2, "mismatch": 1, "missing_in_new": 1, "extra_in_new": 1,
+                                "duplicate_in_new": 0}
+    mismatch = next(s for s in report["sections"][0]["samples"] if s["category"] == "mismatch")
+    assert (mismatch["key"], mismatch["diff_columns"]) == ("b", ["n"])
+    assert (tmp_path / "report" / "index.html").is_file()
+    same = CliRunner().invoke(app, ["diff", f"{path}@1", path, "--on", "key", "--on", "window_start", "--json",
+                                    "--report", str(tmp_path / "same")])
+    assert same.exit_code == 0 and json.loads(same.stdout)["verdict"] == "match"
+
+
+def test_failing_expectations_block_the_delta_commit(tmp_path: Path, spark: Any) -> None:
+    from backfill.io.sinks import write_output
+    from backfill.verify.expectations import PublishChecks
+
+    op = OperatorSpec.model_validate({"name": "agg", "aggregate": {
+        "input": "s", "window": {"type": "tumbling", "size": "1m", "grace": "0ms"},
+        "aggregations": {"n": "count()"}, "emit": "final"}})
+    results: dict[str, Any] = {}
+    checks = PublishChecks(spark, {"agg": op}, results)
+    path = str(tmp_path / "gold")
+    good = spark.createDataFrame([("a", 0, 60_000, 1, 5)], "key string, window_start long, window_end long, n long, "
+                                                         "ts long")
+    write_output(spark, good, "delta", path, column="window_start", start=None, end=None, metadata={},
+                 audit=checks.for_output("agg", "final"))
+    assert results["agg.output"]["success"] and DeltaTable(path).version() == 0
+    bad = spark.createDataFrame([("a", 0, 60_000, 1, 5), ("a", 0, 60_000, 2, 7), (None, 30_000, 90_000, 1, 95_000)],
+                                good.schema)
+    with pytest.raises(PublishError) as caught:
+        write_output(spark, bad, "delta", path, column="window_start", start=None, end=None, metadata={},
+                     audit=checks.for_output("agg", "final"))
+    message = str(caught.value)
+    assert "agg.output: expectations failed before publish" in message and "keys not null (1 rows)" in message
+    assert "window starts aligned" in message and "(key, window_start) unique" in message
+    assert DeltaTable(path).version() == 0  # nothing committed
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 1

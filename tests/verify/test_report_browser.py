@@ -1,0 +1,45 @@
+"""The verify report opens offline in headless Chromium and shows the verdict and the plots."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp / 'profile'}",
+             "--window-size=1280,2000"]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it: apt-get install chromium)")
+def test_report_renders_verdict_and_plots_in_chromium(verified: tuple[Path, int, dict[str, Any]],
+                                                      tmp_path: Path) -> None:
+    folder, _, report = verified
+    page = (folder / "index.html").resolve()
+    text = page.read_text()
+    # self-contained: no script, no remote stylesheet, font or image
+    assert "<script" not in text.lower() and not re.search(r"(src|href)=['\"]?https?:", text)
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    verdict = re.search(r"<div id=\"verdict\"[^>]*>(.*?)</div>", html, re.S)
+    assert verdict and f"verdict: {report['verdict']}" in verdict.group(1)
+    for plot in ("plot-timeline-agg", "plot-lateness-agg"):
+        figure = re.search(rf"<figure[^>]*id=\"{plot}\"[^>]*>(.*?)</figure>", html, re.S)
+        assert figure and "<svg" in figure.group(1) and "<path" in figure.group(1)
+    assert "late_drop_differs" in html and "Data Docs" in html
+    shot = REPO / "test-artifacts" / "verify-report.png"
+    shot.parent.mkdir(exist_ok=True)
+    done = _chromium(tmp_path, f"--screenshot={shot}", page.as_uri())
+    assert done.returncode == 0 and shot.stat().st_size > 20_000, done.stderr[-2000:]

@@ -47,6 +47,8 @@ RATE = 1000  # records per second of event time, per partition and side
 BEFORE = AFTER = 10_000
 GRACE = 5_000
 JOINER = "concat(coalesce(left.value, 'null'), '+', coalesce(right.value, 'null'))"
+KEPT = ("seconds", "records_per_s", "peak_pss_bytes", "peak_rss_bytes", "peak_jvm_rss_bytes", "peak_heap_used_bytes",
+        "outputs")
 
 
 # --------------------------------------------------------------------------------------------------- data
@@ -133,9 +135,10 @@ class PeakMemory:
     `pss` splits pages shared between processes (forked Python workers share most of theirs) in
     proportion, so it does not count them once per worker as summed RSS does; both are kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, spark: Any) -> None:
         self.me, self.stop = psutil.Process(), threading.Event()
-        self.peak = {"rss": 0, "pss": 0, "jvm_rss": 0, "processes": 0}
+        self.heap = spark._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+        self.peak = {"rss": 0, "pss": 0, "jvm_rss": 0, "heap": 0, "processes": 0}
 
     def _sample(self) -> None:
         rss = pss = jvm = 0
@@ -148,7 +151,8 @@ class PeakMemory:
                     jvm = max(jvm, info.rss)
             except psutil.Error:
                 pass
-        for name, value in (("rss", rss), ("pss", pss), ("jvm_rss", jvm), ("processes", len(procs))):
+        heap = self.heap.getHeapMemoryUsage().getUsed()  # what the JVM holds live, unlike its RSS
+        for name, value in (("rss", rss), ("pss", pss), ("jvm_rss", jvm), ("heap", heap), ("processes", len(procs))):
             self.peak[name] = max(self.peak[name], value)
 
     def _run(self) -> None:
@@ -168,25 +172,8 @@ class PeakMemory:
 
     def to_dict(self) -> dict[str, int]:
         return {"peak_pss_bytes": self.peak["pss"], "peak_rss_bytes": self.peak["rss"],
-                "peak_jvm_rss_bytes": self.peak["jvm_rss"], "max_processes": self.peak["processes"]}
-
-
-class PeakHeap:
-    """Peak used JVM heap during a block (sum of the heap pools' peak usage, reset on entry): what the
-    work needed, unlike process RSS, which keeps whatever the JVM once grew to."""
-
-    def __init__(self, spark: Any) -> None:
-        mgmt = spark._jvm.java.lang.management.ManagementFactory
-        self.pools = [p for p in mgmt.getMemoryPoolMXBeans() if str(p.getType()) == "Heap memory"]
-        self.peak = 0
-
-    def __enter__(self) -> PeakHeap:
-        for pool in self.pools:
-            pool.resetPeakUsage()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.peak = sum(pool.getPeakUsage().getUsed() for pool in self.pools)
+                "peak_jvm_rss_bytes": self.peak["jvm_rss"], "peak_heap_used_bytes": self.peak["heap"],
+                "max_processes": self.peak["processes"]}
 
 
 def run_exact(spark: Any, job: Path, records: int) -> dict[str, Any]:
@@ -204,13 +191,13 @@ def run_exact(spark: Any, job: Path, records: int) -> dict[str, Any]:
         last[0], last[1] = now, stage
 
     started = time.perf_counter()
-    with PeakMemory() as mem, PeakHeap(spark) as heap:
+    with PeakMemory(spark) as mem:
         summary = run_plan(build_plan(load_job(job)), spark, progress)
     seconds = time.perf_counter() - started
     stages[str(last[1])] = round(time.perf_counter() - float(last[0]), 2)
     ops = summary.operators["j"]
     return {"seconds": round(seconds, 2), "records_per_s": round(records / seconds), **mem.to_dict(),
-            "peak_heap_used_bytes": heap.peak, "outputs": ops.outputs, "pending_non_joined": ops.incomplete_windows, "dropped": ops.dropped,
+            "outputs": ops.outputs, "pending_non_joined": ops.incomplete_windows, "dropped": ops.dropped,
             "stages_s": stages}
 
 
@@ -220,7 +207,7 @@ def run_baseline(spark: Any, data: Path, out: Path, how: str, records: int) -> d
 
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    with PeakMemory() as mem, PeakHeap(spark) as heap:
+    with PeakMemory(spark) as mem:
         left = spark.read.parquet(str(data / "left")).select("key", "value", F.col("timestamp").alias("ts"))
         right = spark.read.parquet(str(data / "right")).select(
             F.col("key").alias("r_key"), F.col("value").alias("r_value"), F.col("timestamp").alias("r_ts"))
@@ -232,7 +219,7 @@ def run_baseline(spark: Any, data: Path, out: Path, how: str, records: int) -> d
     seconds = time.perf_counter() - started
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in out.glob("*.parquet"))
     return {"seconds": round(seconds, 2), "records_per_s": round(records / seconds), **mem.to_dict(),
-            "peak_heap_used_bytes": heap.peak, "outputs": rows}
+            "outputs": rows}
 
 
 def pair_facts(spark: Any, job: Path) -> dict[str, int]:
@@ -350,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": machine(), "parameters": {**vars(args), "out": str(args.out), "window_ms":
                                                    {"before": BEFORE, "after": AFTER, "grace": GRACE}},
               "data": info, "spark_startup_s": startup, "runs": runs,
-              "best": {v: {k: best[v][k] for k in ("seconds", "records_per_s", "peak_pss_bytes", "peak_rss_bytes",
-                                                   "peak_jvm_rss_bytes", "peak_heap_used_bytes", "outputs")} for v in best},
+              "best": {v: {k: best[v][k] for k in KEPT} for v in best},
               "peak_pss_bytes_max": {v: max(r["peak_pss_bytes"] for r in rs) for v, rs in runs.items()},
               "exact_over_baseline_time": round(best["exact"]["seconds"] / best["baseline"]["seconds"], 2),
               "pairs": facts, "reference": ref,
@@ -360,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                         "summed RSS (counts pages shared by forked Python workers once per worker) and the JVM's "
                         "RSS; both variants share one SparkSession (local[2], driver 4g), so a later variant "
                         "inherits the JVM heap an earlier one grew (and the evaluator's local checkpoint of the "
-                        "task order is not released between runs); peak_heap_used_bytes is the JVM heap the "
-                        "variant actually used (heap pools' peak usage, reset before the variant)",
+                        "task order is not released between runs); peak_heap_used_bytes is the JVM's used heap, "
+                        "sampled the same way",
                         "baseline outputs differ from exact ones by design: it joins pairs that retention hides, "
                         "never emits immediate/delayed null rows in stream order, and has no emission order"]}
     args.out.parent.mkdir(parents=True, exist_ok=True)

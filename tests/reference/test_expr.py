@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from backfill.reference.expr import (
@@ -64,7 +65,40 @@ def same(ours: Any, theirs: Any, strict: bool = True) -> bool:
     if isinstance(theirs, (list, tuple)):
         return isinstance(ours, list) and len(ours) == len(theirs) and all(
             same(a, b, strict) for a, b in zip(ours, theirs))
+    if isinstance(theirs, str) and isinstance(ours, str) and ours != theirs:
+        return _jdk17_longer_digits(ours, theirs)
     return type(ours) is type(theirs) and ours == theirs
+
+
+_MANTISSA_HEAD = re.compile(r"-?\d+\.?\d*$")
+_MANTISSA_TAIL = re.compile(r"^\d*")
+
+
+def _jdk17_longer_digits(ours: str, theirs: str) -> bool:
+    """The documented deviation: Java 17's Double.toString prints a few doubles with more digits
+    than the shortest repr (2^-24: ``5.9604644775390625E-8``, not ``5.960464477539063E-8``).
+
+    Equal when the texts differ in one number's mantissa only, with the same exponent after it,
+    the same double value, and Spark's mantissa longer. Any other difference (``1.0`` vs ``1``,
+    ``1.0E7`` vs ``10000000.0``, a different value) fails.
+    """
+    p = 0
+    while p < min(len(ours), len(theirs)) and ours[p] == theirs[p]:
+        p += 1
+    head = _MANTISSA_HEAD.search(ours[:p])
+    start = head.start() if head else p
+    ours_rest, theirs_rest = ours[start:], theirs[start:]
+    mo = re.match(r"-?\d+\.\d+", ours_rest)
+    mt = re.match(r"-?\d+\.\d+", theirs_rest)
+    if not mo or not mt or len(mt.group()) <= len(mo.group()):
+        return False
+    suffix_o, suffix_t = ours_rest[mo.end():], theirs_rest[mt.end():]
+    if suffix_o != suffix_t:
+        return False
+    exponent = re.match(r"E-?\d+", suffix_o)
+    candidates = [""] if not exponent else [
+        e for k in range(2, len(exponent.group()) + 1) if re.fullmatch(r"E-?\d+", e := exponent.group()[:k])]
+    return any(float(mo.group() + e) == float(mt.group() + e) for e in candidates)
 
 
 # ============================================================================================
@@ -621,10 +655,15 @@ EDGE_GROUPS = [  # always run (hypothesis @example): NaN / -0.0 / infinities, ti
     [{"key": "k1", "ts": 0, "value": None}],
     [_rec(2.675, 2**40, "ü"), _rec(1.005, -(2**40), "a b"), _rec(1.5e16, 0, "U1"), _rec(2.0**60, 7, "u1")],
     [_rec(0.5, 3, "x", 9), _rec(-2.5, 3, "y", 9), _rec(1e-5, 3, "z", 9)],
+    [_rec(2.0**-24, 1, "j"), _rec(2e23, 2, "j")],  # Java 17 prints both with extra digits
 ]
-# EXPR_SPARK_EXAMPLES=60 searches harder (each example is one Spark job over up to 40 groups).
-SPARK_SETTINGS = settings(max_examples=int(os.environ.get("EXPR_SPARK_EXAMPLES", "5")), deadline=None,
-                          database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# The suite runs a fixed (derandomized) set of examples so CI is reproducible; EXPR_SPARK_EXAMPLES=60
+# searches harder with fresh random examples (each example is one Spark job over up to 40 groups).
+# Shrinking is off: a Spark-backed shrink can run for many minutes; the failing groups are printed.
+_DEEP = int(os.environ.get("EXPR_SPARK_EXAMPLES", "0"))
+SPARK_SETTINGS = settings(max_examples=_DEEP or 5, derandomize=not _DEEP, deadline=None, database=None,
+                          phases=[Phase.explicit, Phase.generate],
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _frame(spark: Any, groups: list[list[dict[str, Any]]]) -> Any:

@@ -124,3 +124,28 @@ def test_plan_explains_warm_up_and_cool_down(tmp_path, sample):
     assert "warm-up: records with timestamp >= 1704067800000" in result.stdout
     # last window start in range 00:19, closes at 00:19 + 5m + 30s
     assert "close when stream time reaches 1704068670000" in result.stdout
+
+
+def test_final_output_refuses_a_key_kept_by_two_tasks(tmp_path, spark):
+    """emit: final is unique per (key, window_start) only if each key lives in one partition: else refuse."""
+    (tmp_path / "jobs").mkdir()
+    records = [(0, 0, "u", 1_000), (0, 1, "v", 2_000), (1, 0, "u", 3_000), (0, 2, "v", 200_000)]
+    (tmp_path / "in.jsonl").write_text("".join(
+        f'{{"topic": "t", "partition": {p}, "offset": {o}, "key": "{k}", "value": "x", "timestamp": {ts}}}\n'
+        for p, o, k, ts in records))
+    job = tmp_path / "jobs" / "split.yaml"
+    job.write_text("""
+name: split
+sources:
+  s: {format: jsonl, path: ../in.jsonl}
+operators:
+  - name: agg
+    aggregate: {input: s, window: {type: tumbling, size: 1m, grace: 0ms}, aggregations: {n: count()}, emit: final}
+sinks:
+  agg: {format: delta, path: ../gold}
+""")
+    result = CliRunner().invoke(app, ["run", str(job)])
+    assert result.exit_code == 2, result.output  # an error, not a difference
+    assert "operators.agg: key 'u' occurs in several partitions" in result.stderr
+    assert "nothing was published" in result.stderr
+    assert not (tmp_path / "gold" / "_delta_log").exists()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -31,6 +30,9 @@ class AggregateResult:
     ledger: DataFrame
     incomplete: DataFrame | None
     cached: tuple[DataFrame, ...] = ()
+    # emit: final: every window with `_closed` and `_split`; publish writes the closed ones and counts
+    # the open and split ones in the same pass (output and incomplete are the halves, for other callers)
+    windows: DataFrame | None = None
 
 
 def reaches(op: OperatorSpec) -> Column:
@@ -77,9 +79,9 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
     if spec.emit == "updates":
         return AggregateResult(output=_updates(accepted, aggs, windows), ledger=null_keys.unionByName(late),
                                incomplete=None)
-    output, incomplete, cached = _final(accepted, aggs, windows, final_st or {})
+    output, incomplete, all_windows = _final(accepted, aggs, windows, final_st or {})
     return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete,
-                           cached=(cached,))
+                           windows=all_windows)
 
 
 def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
@@ -119,28 +121,44 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
            final_st: dict[int, int]) -> tuple[DataFrame, DataFrame, DataFrame]:
     """One row per window closed by the end of the data; open windows are reported, not emitted.
 
-    Windows are aggregated once and cached: the sink, the open-window count and checks all read them.
+    Returns (closed windows, open windows, every window with `_closed`). Nothing is cached: the
+    publish step reads the last one once, writing the closed windows and counting the open ones.
     """
     # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
     task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
         if final_st else F.lit(None).cast("long")
     windows = _windows(accepted, aggs, w).withColumn(
         "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
-    windows = windows.persist(StorageLevel.MEMORY_AND_DISK)
     cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
+    windows = windows.select(*cols, "task", "_closed", "_split")
     return windows.where("_closed").select(*cols), windows.where("NOT _closed").select(*cols, "task"), windows
 
 
+def final_columns(windows: DataFrame) -> list[str]:
+    """The output columns of an `emit: final` windows frame (without `task`, `_closed`, `_split`)."""
+    return [c for c in windows.columns if c not in ("task", "_closed", "_split")]
+
+
 def _windows(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows) -> DataFrame:
-    """One row per (task, key, window): its aggregates over the records it accepted, ts = their max."""
+    """One row per (key, window): its aggregates over the records it accepted, ts = their max.
+
+    Grouped by (key, window_start), so the output is unique by construction; `task` is the task that
+    kept the window and `_split` marks a window kept by several tasks (a key in several partitions),
+    which the publish step refuses (checked in the pass that writes the output).
+    """
     if any(a.order_sensitive and not a.is_fold for a in aggs):
         last = _updates(accepted, aggs, w)
         names = [a.name for a in aggs] + ["ts", "window_end"]
-        return (last.groupBy("task", "key", "window_start")
-                .agg(F.max_by(F.struct(*names), "emit_seq").alias("_last"))
-                .select("task", "key", "window_start", *[F.col(f"_last.{n}").alias(n) for n in names]))
-    return accepted.groupBy("task", "key", "window_start").agg(
-        *[_final_column(a) for a in aggs], F.max("ts").alias("ts"), F.first("window_end").alias("window_end"))
+        return (last.groupBy("key", "window_start")
+                .agg(F.max_by(F.struct(*names), "emit_seq").alias("_last"), *_task_span())
+                .select("key", "window_start", *[F.col(f"_last.{n}").alias(n) for n in names], "task", "_split"))
+    return accepted.groupBy("key", "window_start").agg(
+        *[_final_column(a) for a in aggs], F.max("ts").alias("ts"), *_task_span()).withColumn(
+        "window_end", F.col("window_start") + F.lit(w.size))
+
+
+def _task_span() -> list[Column]:
+    return [F.min("task").alias("task"), (F.min("task") != F.max("task")).alias("_split")]
 
 
 def _final_column(agg: CompiledAggregation) -> Column:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -21,14 +21,15 @@ from backfill.errors import BackfillError, NotImplementedYet, PublishError, Sour
 from backfill.io.sinks import write_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
-from backfill.ops.aggregate import AggregateResult, aggregate, late_windows, reaches
+from backfill.ops.aggregate import AggregateResult, aggregate, final_columns, late_windows, reaches
+from backfill.ops.expressions import compile_aggregations
 from backfill.ops.join import JoinResult, join, stream_time_columns
 from backfill.ops.windows import TimeWindows
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
 from backfill.spec.models import OperatorSpec
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
-from backfill.verify.expectations import PublishChecks
+from backfill.verify.expectations import PublishChecks, warm_up
 
 Progress = Callable[[str], None]
 
@@ -98,6 +99,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
             raise NotImplementedYet(f"{plan.job.path}: operators.{op.name}: {op.not_implemented_reason}; "
                                     "remove it from the job or wait for its issue")
     started = time.time()
+    warm_up()  # GX is imported while Spark works, used by the publish checks
     summary = RunSummary(run_id=uuid.uuid4().hex[:12], job=plan.job.spec.name, start=plan.start, end=plan.end)
     progress("reading sources")
     records = _read_all(plan, spark, summary)
@@ -106,9 +108,14 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     st_cols = _stream_times(ops)
     ordered = order_records(records, st_cols, given_order=_given_order(plan), single_queue=len(plan.sources) == 1)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
-    # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache)
-    ordered = ordered.localCheckpoint(eager=False)
-    _run_operators(plan, spark, ordered, summary, progress)
+    # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
+    # Only the columns later steps read: the checkpoint is a barrier to Spark's own pruning, and what is
+    # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
+    ordered = ordered.select(*_kept_columns(plan, ordered.columns)).localCheckpoint(eager=False)
+    try:
+        _run_operators(plan, spark, ordered, summary, progress)
+    finally:
+        _release(ordered)
     summary.duration_s = round(time.time() - started, 3)
     _append_manifest(plan, spark, summary)
     return summary
@@ -128,9 +135,9 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     # the ledger is small (late records only) and read three times: count, check, write
     ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        _check_ledger(ledger, summary)
+        late_rows = _check_ledger(plan, ledger, summary)
         progress("publishing")
-        _publish(plan, spark, results, ledger, summary, ordered)
+        _publish(plan, spark, results, ledger, late_rows, summary)
     finally:
         ledger.unpersist()
         for result in results.values():
@@ -148,6 +155,42 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     kept = _cut_cooldown(plan, ordered).where(F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
                        *[F.col(_st(i)).alias(f"stream_time_{op.name}") for i, op in enumerate(ops)])
+
+
+def _release(checkpointed: DataFrame) -> None:
+    """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise)."""
+    plan = checkpointed._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+
+
+def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
+    """The ordered records' columns that the operators, counts, ledger and checks of this plan read.
+
+    Joins read whole records. An aggregate needs `seq` only for order-dependent results (emit:
+    updates, folds, first/last/...), `timestamp`/`headers` only for folds or where an aggregation
+    names them (a textual test: a mention in a string literal keeps the column, harmless), and
+    `_pmax_before` only for a cool-down cut (`read_until`).
+    """
+    ops = plan.job.spec.operators
+    if any(op.kind != "aggregate" for op in ops) or _given_order(plan):
+        return columns
+    drop: set[str] = set()
+    if not any(s.read_until is not None for s in plan.sources):
+        drop.add("_pmax_before")
+    texts: list[str] = []
+    ordered_output = folds = False
+    for op in ops:
+        assert op.aggregate is not None
+        aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate")
+        ordered_output |= op.aggregate.emit == "updates" or any(a.order_sensitive for a in aggs)
+        folds |= any(a.is_fold for a in aggs)  # a fold sees whole records (FOLD_FIELDS)
+        texts += [t for a in aggs for t in (a.sql, a.init, a.step) if t]
+    if not ordered_output:
+        drop.add("seq")
+    if not folds:
+        drop.update(c for c in ("timestamp", "headers") if not any(c in t for t in texts))
+    return [c for c in columns if c not in drop]
 
 
 def _st(i: int) -> str:
@@ -220,7 +263,7 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                  F.count(F.when(reach & wc["contributing"], 1)).alias(f"contrib_{i}"),
                  F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
                  F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
-    cols.append(F.collect_set("topic").alias("topics"))
+    cols += [F.min("topic").alias("topic_min"), F.max("topic").alias("topic_max")]  # one topic iff equal
     rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
@@ -292,7 +335,7 @@ def _check_one_topic_per_source(rows: list[Any]) -> None:
     """A source is one topic: its partitions are the task's queues (several topics need several sources)."""
     topics: dict[str, set[str]] = {}
     for r in rows:
-        topics.setdefault(r["source"], set()).update(r["topics"] or [])
+        topics.setdefault(r["source"], set()).update(t for t in (r["topic_min"], r["topic_max"]) if t is not None)
     for source, names in topics.items():
         if len(names) > 1:
             raise SourceError(f"sources.{source}: holds records of several topics ({', '.join(sorted(names))}); "
@@ -346,9 +389,18 @@ def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult
     return functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
 
 
-def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
-    """Cross-check: the late ledger rows equal the late (record, window) pairs counted per record."""
-    rows = ledger.groupBy("operator", "reason").count().collect()
+def _check_ledger(plan: Plan, ledger: DataFrame, summary: RunSummary) -> dict[str, int]:
+    """Cross-check: the late ledger rows equal the late (record, window) pairs counted per record.
+
+    One pass over the ledger also counts the rows inside the range (what its sink gets); returns the
+    late rows per operator.
+    """
+    counted = ledger.groupBy("operator", "reason", _in_range(plan, "range_time").alias("in_range")).count().collect()
+    summary.ledger_rows = sum(r["count"] for r in counted if r["in_range"])
+    totals: dict[tuple[str | None, str], int] = {}
+    for r in counted:
+        totals[(r["operator"], r["reason"])] = totals.get((r["operator"], r["reason"]), 0) + r["count"]
+    rows = [{"operator": op, "reason": reason, "count": n} for (op, reason), n in totals.items()]
     for r in rows:
         summary.ledger[r["reason"]] = summary.ledger.get(r["reason"], 0) + r["count"]
     for name, counts in summary.operators.items():
@@ -359,6 +411,8 @@ def _check_ledger(ledger: DataFrame, summary: RunSummary) -> None:
             raise PublishError(f"operators.{name}: conservation check failed (late ledger rows {late_rows}, "
                                f"late pairs {counts.late_pairs}, in {counts.records_in}, contributing "
                                f"{counts.contributing}, dropped {counts.dropped}); nothing was published")
+    return {name: sum(r["count"] for r in rows if r["operator"] == name and r["reason"] == "late")
+            for name in summary.operators}
 
 
 def _balance_join(name: str, counts: OperatorCounts, ledger: dict[str, int]) -> None:
@@ -372,33 +426,32 @@ def _balance_join(name: str, counts: OperatorCounts, ledger: dict[str, int]) -> 
 
 
 def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult | JoinResult], ledger: DataFrame,
-             summary: RunSummary, ordered: DataFrame) -> None:
+             late_rows: dict[str, int], summary: RunSummary) -> None:
     hook = _fault_hook
     # great-expectations suites on what is about to be committed (verify/expectations.py); failing blocks it
     checks = PublishChecks(spark, {op.name: op for op in plan.job.spec.operators}, summary.expectations)
-    checks.conservation(_conservation_rows(ledger, summary))
+    checks.conservation(_conservation_rows(late_rows, summary))
     for op in plan.operators:
         result = results[op.name]
         column = "ts" if op.kind == "join" else "window_start"  # a join row's range is its timestamp
-        output = result.output.where(_in_range(plan, column))
-        if result.incomplete is not None:
-            summary.operators[op.name].incomplete_windows = result.incomplete.where(
-                _in_range(plan, column)).count()
+        output, incomplete, metrics = _output_and_incomplete(plan, result, column)
         if op.sink is None:
             summary.operators[op.name].outputs = output.count()
-            continue
-        sink = plan.job.spec.sinks[op.name]
-        agg = plan.job.spec.operator(op.name).aggregate
-        if agg is not None and agg.emit == "final":
-            _check_unique(ordered, op.name, plan.job.spec.operator(op.name).inputs[0])
-        audit = checks.for_output(op.name, agg.emit) if agg is not None else None
-        written = write_output(spark, output, sink.format, op.sink, column=column, start=plan.start,
-                               end=plan.end, metadata=_commit_metadata(plan, summary, op.name), before_commit=hook,
-                               audit=audit)
-        summary.operators[op.name].outputs = written["rows"]
-        summary.sinks[op.name] = written
+        else:
+            sink = plan.job.spec.sinks[op.name]
+            agg = plan.job.spec.operator(op.name).aggregate
+            audit = checks.for_output(op.name, agg.emit, unique_by_construction=metrics is not None) \
+                if agg is not None else None
+            if metrics is not None:
+                audit = _refuse_split(op.name, metrics, audit)
+            written = write_output(spark, output, sink.format, op.sink, column=column, start=plan.start,
+                                   end=plan.end, metadata=_commit_metadata(plan, summary, op.name),
+                                   before_commit=hook, audit=audit)
+            summary.operators[op.name].outputs = written["rows"]
+            summary.sinks[op.name] = written
+        if incomplete is not None:
+            summary.operators[op.name].incomplete_windows = incomplete()
     in_range = ledger.where(_in_range(plan, "range_time"))
-    summary.ledger_rows = in_range.count()
     if plan.ledger_sink:
         sink = plan.job.spec.sinks["_ledger"]
         summary.sinks["_ledger"] = write_output(
@@ -406,23 +459,57 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
             metadata=_commit_metadata(plan, summary, "_ledger"), before_commit=hook)
 
 
-def _conservation_rows(ledger: DataFrame, summary: RunSummary) -> list[dict[str, Any]]:
+def _output_and_incomplete(plan: Plan, result: AggregateResult | JoinResult, column: str
+                           ) -> tuple[DataFrame, Callable[[], int] | None, Callable[[], dict[str, Any]] | None]:
+    """The rows to publish (in range), how to count the incomplete ones afterwards, and (emit: final)
+    the metrics of the windows pass.
+
+    For `emit: final` the windows are aggregated once: the pass that writes the closed windows also
+    counts the open ones and the windows kept by several tasks (Observation metrics), instead of
+    caching every window for several passes.
+    """
+    windows = getattr(result, "windows", None)
+    if windows is None:
+        output = result.output.where(_in_range(plan, column))
+        if result.incomplete is None:
+            return output, None, None
+        return output, result.incomplete.where(_in_range(plan, column)).count, None
+    seen = Observation()
+    observed = windows.where(_in_range(plan, column)).observe(
+        seen, F.count(F.when(~F.col("_closed"), 1)).alias("incomplete"),
+        F.count(F.when(F.col("_split"), 1)).alias("split"), F.max(F.when(F.col("_split"), F.col("key"))).alias("key"))
+    output = observed.where("_closed").select(*final_columns(windows))
+
+    def metrics() -> dict[str, Any]:
+        # filled by the first action on `output` (the sink's write); a sink that audits before it
+        # writes (delta-spark) gets them from one extra pass
+        if seen._jo is None or not seen._jo.future().isCompleted():
+            output.write.format("noop").mode("overwrite").save()
+        return seen.get
+
+    return output, lambda: int(metrics()["incomplete"]), metrics
+
+
+def _refuse_split(name: str, metrics: Callable[[], dict[str, Any]],
+                  audit: Callable[[DataFrame], None] | None) -> Callable[[DataFrame], None]:
+    """Before the commit: no window may be kept by two tasks, else (key, window_start) is not unique."""
+    def check(staged: DataFrame) -> None:
+        found = metrics()
+        if found["split"]:
+            raise PublishError(f"operators.{name}: key {found['key']!r} occurs in several partitions, so several "
+                               f"tasks kept a window for it ({found['split']} windows) and the final output would "
+                               "not be unique per (key, window_start); nothing was published")
+        if audit is not None:
+            audit(staged)
+
+    return check
+
+
+def _conservation_rows(late: dict[str, int], summary: RunSummary) -> list[dict[str, Any]]:
     """Per operator: records in, contributing + dropped, late ledger rows, late pairs (the ledger suite's table)."""
-    late = {r["operator"]: r["count"] for r in
-            ledger.where(F.col("reason") == "late").groupBy("operator").count().collect()}
     return [{"operator": name, "records_in": c.records_in, "accounted": c.contributing + sum(c.dropped.values()),
              "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs}
             for name, c in summary.operators.items()]
-
-
-def _check_unique(ordered: DataFrame, name: str, source: str) -> None:
-    """(key, window_start) is unique in final output iff every key lives in one task (one partition)."""
-    spread = (ordered.where((F.col("source") == source) & F.col("key").isNotNull() & F.col("_drop").isNull())
-              .groupBy("key").agg(F.countDistinct("task").alias("tasks")).where("tasks > 1").limit(1).collect())
-    if spread:
-        raise PublishError(f"operators.{name}: key {spread[0]['key']!r} occurs in {spread[0]['tasks']} partitions, "
-                           "so several tasks kept a window for it and the final output would not be unique per "
-                           "(key, window_start); nothing was published")
 
 
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ suite checks conservation per operator (DESIGN.md decision 4). GX must never cal
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,16 +95,18 @@ def conservation_checks() -> list[Check]:
                   "late ledger rows = late (record, window) pairs counted per record")]
 
 
-def validate(df: DataFrame, name: str, target: str, checks: list[Check], *, result_format: str,
+def validate(df: DataFrame | Any, name: str, target: str, checks: list[Check], *, result_format: str,
              docs_dir: Path | None = None) -> SuiteResult:
-    """Run one suite on a Spark DataFrame; with docs_dir, also build GX Data Docs there."""
+    """Run one suite on a Spark DataFrame, or a pandas one for small tables computed on the driver
+    (no Spark job per expectation); with docs_dir, also build GX Data Docs there."""
     gx, gxe = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-    batch = (context.data_sources.add_spark(name="spark", persist=False)
-             .add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("whole"))
+    source = (context.data_sources.add_spark(name="spark", persist=False) if isinstance(df, DataFrame)
+              else context.data_sources.add_pandas(name="pandas"))
+    batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("whole")
     suite = context.suites.add(gx.ExpectationSuite(name=name))
     for check in checks:
         suite.add_expectation(getattr(gxe, check.kind)(**check.args, description=check.says))
@@ -141,16 +144,33 @@ def _describe(result: Any, check: Check) -> dict[str, Any]:
             "unexpected_percent": info.get("unexpected_percent"), "examples": [str(x) for x in sample[:5]]}
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def _gx() -> tuple[Any, Any]:
     """Import GX with analytics off (no outbound calls, notes/stack.md) and quiet loggers."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import logging
 
-    import great_expectations as gx
-    import great_expectations.expectations as gxe
+    with _IMPORT_LOCK:  # the warm-up thread may be importing it right now
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     return gx, gxe
+
+
+def warm_up() -> threading.Thread:
+    """Import GX in a background thread (a few seconds of Python) while Spark reads and sorts the input."""
+    def work() -> None:
+        try:
+            _gx()
+        except Exception:  # noqa: BLE001 - the real import in validate() reports the problem
+            pass
+
+    thread = threading.Thread(target=work, name="gx-import", daemon=True)
+    thread.start()
+    return thread
 
 
 # ----------------------------------------------------------------------------- before publish
@@ -166,28 +186,44 @@ class PublishChecks:
         """The ledger suite on one row per operator, before any commit."""
         if not counts:
             return
-        schema = "operator string, records_in long, accounted long, late_ledger_rows long, late_pairs long"
-        df = self.spark.createDataFrame([tuple(c[k] for k in ("operator", "records_in", "accounted",
-                                                                "late_ledger_rows", "late_pairs")) for c in counts],
-                                        schema)
+        import pandas as pd
+
+        columns = ["operator", "records_in", "accounted", "late_ledger_rows", "late_pairs"]
+        df = pd.DataFrame([[c[k] for k in columns] for c in counts], columns=columns)
         self._run(df, "_ledger.conservation", "run counts and ledger", conservation_checks())
 
-    def for_output(self, name: str, emit: str) -> Callable[[DataFrame], None]:
-        """The audit of one operator's staged output (called by the sink right before its commit)."""
+    def for_output(self, name: str, emit: str, unique_by_construction: bool = False) -> Callable[[DataFrame], None]:
+        """The audit of one operator's staged output (called by the sink right before its commit).
+
+        `unique_by_construction`: the engine grouped the rows by the unique columns and checked, in the
+        pass that wrote them, that no group spans two tasks; the suite then skips its own uniqueness
+        expectation (a shuffle of the whole output, the costliest check by far) and says so.
+        """
         op = self.ops[name]
         unique = ("key", "window_start") if emit == "final" else ("task", "emit_seq")
 
         def audit(staged: DataFrame) -> None:
-            checks = window_checks(op, staged.columns, unique)
-            self._run(window_frame(staged, op), f"{name}.output", f"staged output of {name}", checks)
+            checks = window_checks(op, staged.columns, None if unique_by_construction else unique)
+            proven = [_proven_unique(unique)] if unique_by_construction else []
+            self._run(window_frame(staged, op), f"{name}.output", f"staged output of {name}", checks, proven)
 
         return audit
 
-    def _run(self, df: DataFrame, name: str, target: str, checks: list[Check]) -> None:
+    def _run(self, df: Any, name: str, target: str, checks: list[Check],
+             proven: list[dict[str, Any]] | None = None) -> None:
         result = validate(df, name, target, checks, result_format=RESULT_FORMAT_PUBLISH)
         if not result.success:  # rerun for counts and examples: failures are rare, the message must be precise
             result = validate(df, name, target, checks, result_format=RESULT_FORMAT_REPORT)
+        result.expectations += proven or []
         self.results[name] = result.to_dict()
         if not result.success:
             raise PublishError(f"{name}: expectations failed before publish: {result.failures()}; "
                                "nothing was committed for it")
+
+
+def _proven_unique(columns: tuple[str, ...]) -> dict[str, Any]:
+    """The uniqueness the engine guarantees, listed with the suite's expectations (not run by GX)."""
+    return {"expectation": "unique_by_construction", "args": {"column_list": list(columns)},
+            "says": f"({', '.join(columns)}) unique: one row per group by construction, no group kept by two "
+                    "tasks (checked while writing)", "success": True, "unexpected_count": 0,
+            "unexpected_percent": None, "examples": []}

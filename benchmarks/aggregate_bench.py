@@ -226,8 +226,14 @@ class PeakRSS:
     def sample(self) -> tuple[int, int]:
         py = self.me.memory_info().rss
         total = py
+        direct = {c.pid for c in self.me.children()}
         for child in self.me.children(recursive=True):
             try:
+                # a JVM child of the JVM is a fork that has not exec'd yet (Hadoop shells out for file
+                # permissions): its RSS is the JVM's own pages, shared copy-on-write; counting it would
+                # double the peak for one sample
+                if child.pid not in direct and child.name() == "java":
+                    continue
                 total += child.memory_info().rss
             except psutil.Error:
                 pass

@@ -11,6 +11,7 @@ from sqlglot import exp
 
 from backfill.errors import SpecError
 from backfill.spec.models import Aggregation, FoldAggregation
+from backfill.sqldialect import SparkSQL
 
 RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 _ORDER_SENSITIVE = re.compile(
@@ -70,7 +71,7 @@ def compile_aggregations(aggs: dict[str, Aggregation], where: str) -> list[Compi
 
 def _parse(sql: str, path: str) -> str:
     try:
-        sqlglot.parse_one(sql, read="spark")
+        sqlglot.parse_one(sql, read=SparkSQL)
     except sqlglot.errors.ParseError as exc:
         first = str(exc).splitlines()[0]
         raise SpecError(f"{path}: {sql!r} is not a Spark SQL expression ({first})") from None
@@ -80,7 +81,7 @@ def _parse(sql: str, path: str) -> str:
 def record_scope(step: str, path: str) -> str:
     """Rewrite a fold step so record columns read from the lambda variable `__r` (acc stays acc)."""
     try:
-        tree = sqlglot.parse_one(step, read="spark")
+        tree = sqlglot.parse_one(step, read=SparkSQL)
     except sqlglot.errors.ParseError as exc:
         raise SpecError(f"{path}: {step!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
 

@@ -263,12 +263,13 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                  F.count(F.when(reach & wc["contributing"], 1)).alias(f"contrib_{i}"),
                  F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
                  F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
-    cols += [F.min("topic").alias("topic_min"), F.max("topic").alias("topic_max")]  # one topic iff equal
+    # one topic per source iff one topic hash (string min/max would cost more than all other counts)
+    cols += [F.min(F.xxhash64("topic")).alias("topic_lo"), F.max(F.xxhash64("topic")).alias("topic_hi")]
     rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
-    _check_one_topic_per_source(rows)
+    _check_one_topic_per_source(ordered, rows)
     _check_copartitioning(plan, rows)
     for r in rows:
         src = r["source"]
@@ -331,13 +332,15 @@ def _check_copartitioning(plan: Plan, rows: list[Any]) -> None:
             check_copartitioned({s: declared[s] or observed.get(s, 0) for s in op.inputs}, op.name)
 
 
-def _check_one_topic_per_source(rows: list[Any]) -> None:
+def _check_one_topic_per_source(ordered: DataFrame, rows: list[Any]) -> None:
     """A source is one topic: its partitions are the task's queues (several topics need several sources)."""
-    topics: dict[str, set[str]] = {}
+    hashes: dict[str, set[int]] = {}
     for r in rows:
-        topics.setdefault(r["source"], set()).update(t for t in (r["topic_min"], r["topic_max"]) if t is not None)
-    for source, names in topics.items():
-        if len(names) > 1:
+        hashes.setdefault(r["source"], set()).update(h for h in (r["topic_lo"], r["topic_hi"]) if h is not None)
+    for source, seen in hashes.items():
+        if len(seen) > 1:
+            names = [r["topic"] for r in ordered.where(F.col("source") == source).select("topic").distinct()
+                     .limit(10).collect()]
             raise SourceError(f"sources.{source}: holds records of several topics ({', '.join(sorted(names))}); "
                               "a source is one topic: declare one source per topic (filter the table by topic)")
 

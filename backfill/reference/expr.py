@@ -81,12 +81,13 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.spark import Spark
 from sqlglot.errors import SqlglotError
+
+from backfill.sqldialect import SparkSQL
 
 __all__ = [
     "LEGACY_JDK_DOUBLE_FORMAT",
@@ -167,14 +168,6 @@ def _supported_text() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class _SparkSQL(Spark):
-    """Spark dialect whose tokenizer reads a doubled quote inside a string as one quote, as Spark 4
-    does ('it''s' is "it's"); stock sqlglot reads it as two adjacent literals ('its')."""
-
-    class Tokenizer(Spark.Tokenizer):
-        STRING_ESCAPES: ClassVar[list[str]] = ["\\", "'"]
-
-
 _COUNT_EMPTY = re.compile(r"(?i)\b(count)\s*\(\s*\)")
 _QUOTED = re.compile(r"""'(?:\\.|''|[^'\\])*'|"(?:\\.|[^"\\])*"|`(?:``|[^`])*`""", re.DOTALL)
 
@@ -199,7 +192,7 @@ def _parse(sql: str) -> exp.Expression:
         raise ExprError("expression is empty")
     text = normalize_count(sql)
     try:
-        trees = [t for t in sqlglot.parse(text, read=_SparkSQL) if t is not None]
+        trees = [t for t in sqlglot.parse(text, read=SparkSQL) if t is not None]
     except SqlglotError as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ExprError(f"cannot parse Spark SQL expression: {first}", sql) from None

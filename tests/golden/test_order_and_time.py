@@ -167,6 +167,15 @@ def test_unreadable_record_fails_or_goes_to_the_ledger(tmp_path, spark, engine):
     assert [(d["offset"], d["reason"]) for d in got.ledger] == [(1, "unreadable")]
 
 
+def test_a_source_holding_two_topics_is_refused(tmp_path, spark):
+    """A source is one topic (its partitions are the tasks' queues): two topics in one table is an error."""
+    records = timeline([("k", "a", 1), ("k", "b", 2)]) + timeline([("k", "c", 3)], topic="u")
+    job = aggregate_job("{type: tumbling, size: 10ms, grace: 0ms}", "{n: count()}", "updates")
+    got = run_job(tmp_path, job, {"s": records})
+    assert got.code == 2
+    assert "sources.s: holds records of several topics (t, u)" in got.stderr
+
+
 def test_null_key_is_dropped_without_moving_stream_time(tmp_path, spark):
     job = aggregate_job("{type: tumbling, size: 10ms, grace: 0ms}", "{n: count()}", "updates")
     got = run_job(tmp_path, job, {"s": timeline([("k", "a", 5), (None, "b", 50), ("k", "c", 6)])})

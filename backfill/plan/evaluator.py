@@ -443,8 +443,7 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
         else:
             sink = plan.job.spec.sinks[op.name]
             agg = plan.job.spec.operator(op.name).aggregate
-            audit = checks.for_output(op.name, agg.emit, unique_by_construction=metrics is not None) \
-                if agg is not None else None
+            audit = checks.for_output(op.name, agg.emit) if agg is not None else None
             if metrics is not None:
                 audit = _refuse_split(op.name, metrics, audit)
             written = write_output(spark, output, sink.format, op.sink, column=column, start=plan.start,

@@ -1477,38 +1477,31 @@ def _h_dpipe(cx: _Compiler, node: exp.DPipe, scope: str, agg: Any) -> _C:
     return _C(lambda r: _concat_values(fns, r), _STRING, _all_const(cs))
 
 
-@_handles(exp.And)
-def _h_and(cx: _Compiler, node: exp.And, scope: str, agg: Any) -> _C:
+def _connective(cx: _Compiler, node: exp.Binary, scope: str, agg: Any, name: str, dominant: bool) -> _C:
+    """AND (dominant False) / OR (dominant True) in three-valued logic, lazy like Spark's."""
     a, b = cx.compile(node.this, scope, agg), cx.compile(node.expression, scope, agg)
     fa, fb = a.fn, b.fn
 
     def f(r: Any) -> Any:
-        x = _check_bool(fa(r), "AND")
-        if x is False:
-            return False
-        y = _check_bool(fb(r), "AND")
-        if y is False:
-            return False
-        return None if x is None or y is None else True
+        x = _check_bool(fa(r), name)
+        if x is dominant:
+            return dominant
+        y = _check_bool(fb(r), name)
+        if y is dominant:
+            return dominant
+        return None if x is None or y is None else not dominant
 
     return _C(f, _BOOL, a.const and b.const)
+
+
+@_handles(exp.And)
+def _h_and(cx: _Compiler, node: exp.And, scope: str, agg: Any) -> _C:
+    return _connective(cx, node, scope, agg, "AND", False)
 
 
 @_handles(exp.Or)
 def _h_or(cx: _Compiler, node: exp.Or, scope: str, agg: Any) -> _C:
-    a, b = cx.compile(node.this, scope, agg), cx.compile(node.expression, scope, agg)
-    fa, fb = a.fn, b.fn
-
-    def f(r: Any) -> Any:
-        x = _check_bool(fa(r), "OR")
-        if x is True:
-            return True
-        y = _check_bool(fb(r), "OR")
-        if y is True:
-            return True
-        return None if x is None or y is None else False
-
-    return _C(f, _BOOL, a.const and b.const)
+    return _connective(cx, node, scope, agg, "OR", True)
 
 
 @_handles(exp.Not)

@@ -440,6 +440,8 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
         output, incomplete, metrics = _output_and_incomplete(plan, result, column)
         if op.sink is None:
             summary.operators[op.name].outputs = output.count()
+            if metrics is not None:  # the same refusal as with a sink: the counts would be wrong too
+                _refuse_split(op.name, metrics, None)(output)
         else:
             sink = plan.job.spec.sinks[op.name]
             agg = plan.job.spec.operator(op.name).aggregate

@@ -8,6 +8,7 @@ and sit on window and retention edges; keys and values are sometimes null.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -18,7 +19,10 @@ from tests.golden.harness import JOINER, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 # no shrinking: one Spark run per example; a failure prints its full example, to be kept as a golden test
-SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+# fixed examples in CI; PROPERTY_EXAMPLES=40 searches that many fresh random ones
+_DEEP = int(os.environ.get("PROPERTY_EXAMPLES", "0"))
+SETTINGS = settings(max_examples=_DEEP or 4, deadline=None, derandomize=not _DEEP,
+                    phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 STAMPS = st.one_of(st.integers(0, 45), st.sampled_from([0, 1, 2, 5, 9, 10, 11, 15, 20, 21, 30]))

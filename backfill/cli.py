@@ -20,8 +20,10 @@ from backfill.errors import BackfillError, SpecError
 
 app = typer.Typer(help="Re-derive what a Kafka Streams application emitted, exactly, in PySpark batch jobs.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-err = Console(stderr=True)
-out = Console()
+# piped output (CI logs, files) is not wrapped at Rich's 80-column default; a terminal keeps its width
+_PIPE_WIDTH = None if os.environ.get("COLUMNS") else 120
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
+out = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
 
 JobArg = Annotated[Path, typer.Argument(help="The job YAML (see spec/job-spec.md).", show_default=False)]
 StartOpt = Annotated[Optional[str], typer.Option(

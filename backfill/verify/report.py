@@ -129,7 +129,8 @@ def _suite_row(suite: dict[str, Any], docs: str | None) -> str:
     rows = []
     for e in suite["expectations"]:
         ok = e["success"]
-        unexpected = "" if e.get("unexpected_count") is None else f"{e['unexpected_count']:,}"
+        unexpected = f"{e['unexpected_count']:,}" if e.get("unexpected_count") is not None else (
+            f"{e['observed_value']:,} duplicated groups" if e.get("observed_value") is not None else "")
         examples = f" e.g. {_e(', '.join(e['examples']))}" if e.get("examples") else ""
         rows.append(f"<tr><td class=mono>{_e(suite['name'])}{link}</td><td>{_e(e['says'])}</td>"
                     f"<td class={'ok' if ok else 'bad'}>{'passed' if ok else 'failed'}</td>"

@@ -22,7 +22,7 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.spec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify.expectations import RESULT_FORMAT_REPORT, validate, window_checks, window_frame
+from backfill.verify.expectations import RESULT_FORMAT_REPORT, unique_check, validate, window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
                                        normalise, parse_tolerances, require_columns)
 from backfill.verify.tables import TableRef, apply_mapping, parse_ref, read_table
@@ -236,7 +236,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           timeline=_timeline(result, windows.advance), lateness=_lateness(ledger, op.name),
                           notes=notes)
-        section.expectations = [_stream_suite(stream, op, report_dir)]
+        section.expectations = _stream_suites(stream, op, report_dir)
         if attributed is not None:
             attributed.unpersist()
         return section
@@ -305,15 +305,25 @@ def _stream_bounds(result: DataFrame, cmp: Comparison) -> tuple[int | None, int 
     return (row["lo"], row["hi"]) if row is not None else (None, None)
 
 
-def _stream_suite(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> dict[str, Any]:
-    """The window suite on the streaming output as archived (every row, not only the last per window)."""
-    unique = ("partition", "offset") if {"partition", "offset"} <= set(stream.columns) else None
-    checks = window_checks(op, stream.columns, unique)
-    docs = report_dir / "gx" / op.name
-    result = validate(window_frame(stream, op), f"{op.name}.stream", f"streaming output of {op.name}", checks,
-                      result_format=RESULT_FORMAT_REPORT, docs_dir=docs)
+def _stream_suites(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> list[dict[str, Any]]:
+    """The window suite on the streaming output as archived (every row, not only the last per window),
+    and `(partition, offset)` uniqueness as its own suite on the duplicated groups (as before publish:
+    one aggregation instead of GX's window over every row)."""
+    suites = [_suite(window_frame(stream, op), window_checks(op, stream.columns, None), f"{op.name}.stream",
+                     f"streaming output of {op.name}", report_dir / "gx" / op.name)]
+    unique = ("partition", "offset")
+    if set(unique) <= set(stream.columns):
+        duplicated = stream.groupBy(*unique).count().where(F.col("count") > 1)
+        suites.append(_suite(duplicated, [unique_check(unique)], f"{op.name}.stream.unique",
+                             f"groups of {unique} in the streaming output of {op.name}",
+                             report_dir / "gx" / f"{op.name}.unique"))
+    return suites
+
+
+def _suite(df: DataFrame, checks: list[Any], name: str, target: str, docs: Path) -> dict[str, Any]:
+    result = validate(df, name, target, checks, result_format=RESULT_FORMAT_REPORT, docs_dir=docs)
     out = result.to_dict()
-    out["docs"] = str(Path("gx") / op.name / "index.html")
+    out["docs"] = str(docs.relative_to(docs.parent.parent) / "index.html")
     return out
 
 

@@ -144,10 +144,12 @@ def test_late_drop_evidence_shows_the_records(verified: tuple[Path, int, dict[st
 
 def test_stream_expectations_run_and_link_data_docs(verified: tuple[Path, int, dict[str, Any]]) -> None:
     folder, _, report = verified
-    suite = report["sections"][0]["expectations"][0]
+    suite, unique = report["sections"][0]["expectations"]
     assert suite["name"] == "agg.stream" and suite["success"]
-    assert [e["says"] for e in suite["expectations"]][-1] == "(partition, offset) unique"
-    assert (folder / suite["docs"]).is_file()
+    assert [e["says"] for e in suite["expectations"]][-1] == "ts inside [window_start, window_end)"
+    assert unique["name"] == "agg.stream.unique" and unique["success"]
+    assert [e["says"] for e in unique["expectations"]] == ["(partition, offset) unique"]
+    assert (folder / suite["docs"]).is_file() and (folder / unique["docs"]).is_file()
 
 
 def test_update_stream_last_value_by_offset_and_replayed_updates(tmp_path: Path, spark: Any) -> None:

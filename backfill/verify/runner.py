@@ -309,7 +309,7 @@ def _stream_suites(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> lis
     """The window suite on the streaming output as archived (every row, not only the last per window),
     and `(partition, offset)` uniqueness as its own suite on the duplicated groups (as before publish:
     one aggregation instead of GX's window over every row)."""
-    suites = [_suite(window_frame(stream, op), window_checks(op, stream.columns, None), f"{op.name}.stream",
+    suites = [_suite(window_frame(stream, op), window_checks(op, stream.columns), f"{op.name}.stream",
                      f"streaming output of {op.name}", report_dir / "gx" / op.name)]
     unique = ("partition", "offset")
     if set(unique) <= set(stream.columns):

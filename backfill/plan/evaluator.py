@@ -129,17 +129,20 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     _record_stats(plan, ordered, summary)
     processed = _cut_cooldown(plan, ordered)
     progress("aggregating")
+    # every record that can give a ledger row, found in one scan (a few percent of the records)
+    dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
     results = {op.name: join(op, processed, _st(i)) if op.kind == "join" else
-               aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time)
+               aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time, dropped)
                for i, op in enumerate(ops)}
     # the ledger is small (late records only) and read three times: count, check, write
-    ledger = _ledger(plan, processed, results).persist(StorageLevel.MEMORY_AND_DISK)
+    ledger = _ledger(plan, dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         late_rows = _check_ledger(plan, ledger, summary)
         progress("publishing")
         _publish(plan, spark, results, ledger, late_rows, summary)
     finally:
         ledger.unpersist()
+        dropped.unpersist()
         for result in results.values():
             for frame in getattr(result, "cached", ()):
                 frame.unpersist()
@@ -381,6 +384,15 @@ def _in_range(plan: Plan, col: str) -> Column:
         cond = cond & (value >= F.lit(plan.start))
     if plan.end is not None:
         cond = cond & (value < F.lit(plan.end))
+    return cond
+
+
+def _ledger_candidates(plan: Plan) -> Column:
+    """Records that may give a ledger row: dropped by a source, null key, or late for some window."""
+    cond = F.col("_drop").isNotNull() | F.col("key").isNull()
+    for i, op in enumerate(plan.job.spec.operators):
+        if op.kind == "aggregate":
+            cond = cond | F.coalesce(_window_counts(op, _st(i))["late"] > 0, F.lit(False))
     return cond
 
 

@@ -7,6 +7,10 @@ if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version
   echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2
   exit 2
 fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  echo "note: the test suite renders the verify report in headless Chromium; install it before running the" >&2
+  echo "tests, e.g. on Debian/Ubuntu: sudo apt-get install -y chromium (.ci/run does this when run as root)" >&2
+fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"

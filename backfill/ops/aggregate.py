@@ -30,8 +30,8 @@ class AggregateResult:
     ledger: DataFrame
     incomplete: DataFrame | None
     cached: tuple[DataFrame, ...] = ()
-    # emit: final: every window with `_closed` and `_split`; publish writes the closed ones and counts
-    # the open and split ones in the same pass (output and incomplete are the halves, for other callers)
+    # emit: final: every window with `_closed` and `_split`; publish writes the closed ones (`output`)
+    # and counts the open and split ones in the same pass
     windows: DataFrame | None = None
 
 
@@ -83,9 +83,9 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
     if spec.emit == "updates":
         return AggregateResult(output=_updates(accepted, aggs, windows), ledger=null_keys.unionByName(late),
                                incomplete=None)
-    output, incomplete, all_windows = _final(accepted, aggs, windows, final_st or {})
-    return AggregateResult(output=output, ledger=null_keys.unionByName(late), incomplete=incomplete,
-                           windows=all_windows)
+    all_windows = _final(accepted, aggs, windows, final_st or {})
+    return AggregateResult(output=all_windows.where("_closed").select(*final_columns(all_windows)),
+                           ledger=null_keys.unionByName(late), incomplete=None, windows=all_windows)
 
 
 def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
@@ -122,11 +122,10 @@ def _updates(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindow
 
 
 def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
-           final_st: dict[int, int]) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """One row per window closed by the end of the data; open windows are reported, not emitted.
-
-    Returns (closed windows, open windows, every window with `_closed`). Nothing is cached: the
-    publish step reads the last one once, writing the closed windows and counting the open ones.
+           final_st: dict[int, int]) -> DataFrame:
+    """Every window with `_closed` (closed by the end of the data: emitted) and `_split` (kept by two
+    tasks). Nothing is cached: the publish step reads it once, writing the closed windows and
+    counting the open ones, which are reported, never emitted.
     """
     # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
     task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
@@ -134,8 +133,7 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
     windows = _windows(accepted, aggs, w).withColumn(
         "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
     cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
-    windows = windows.select(*cols, "task", "_closed", "_split")
-    return windows.where("_closed").select(*cols), windows.where("NOT _closed").select(*cols, "task"), windows
+    return windows.select(*cols, "task", "_closed", "_split")
 
 
 def final_columns(windows: DataFrame) -> list[str]:

@@ -162,7 +162,7 @@ def _gx() -> tuple[Any, Any]:
     return gx, gxe
 
 
-def warm_up() -> threading.Thread:
+def warm_up() -> None:
     """Import GX in a background thread (a few seconds of Python) while Spark reads and sorts the input."""
     def work() -> None:
         try:
@@ -170,9 +170,7 @@ def warm_up() -> threading.Thread:
         except Exception:  # noqa: BLE001 - the real import in validate() reports the problem
             pass
 
-    thread = threading.Thread(target=work, name="gx-import", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=work, name="gx-import", daemon=True).start()
 
 
 # ----------------------------------------------------------------------------- before publish

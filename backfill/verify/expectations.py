@@ -207,8 +207,7 @@ class PublishChecks:
             results = [self._validate(window_frame(staged, op), f"{name}.output", f"staged output of {name}",
                                       window_checks(op, staged.columns))]
             if all(c in staged.columns for c in unique):
-                duplicated = staged.groupBy(*unique).count().where(F.col("count") > 1)
-                results.append(self._validate(duplicated, f"{name}.output.unique",
+                results.append(self._validate(duplicated_groups(staged, unique), f"{name}.output.unique",
                                               f"groups of ({', '.join(unique)}) in the staged output of {name}",
                                               [unique_check(unique)]))
             failed = [r for r in results if not r.success]
@@ -233,5 +232,10 @@ class PublishChecks:
 
 
 def unique_check(columns: tuple[str, ...]) -> Check:
-    """Uniqueness as an expectation on the duplicated groups (`groupBy(columns).count() > 1`): none."""
+    """Uniqueness as an expectation on `duplicated_groups(df, columns)`: none."""
     return Check("ExpectTableRowCountToEqual", {"value": 0}, f"({', '.join(columns)}) unique")
+
+
+def duplicated_groups(df: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+    """The groups of `columns` that occur more than once (one aggregation)."""
+    return df.groupBy(*columns).count().where(F.col("count") > 1)

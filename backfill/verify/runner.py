@@ -22,7 +22,8 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.spec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify.expectations import RESULT_FORMAT_REPORT, unique_check, validate, window_checks, window_frame
+from backfill.verify.expectations import (RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate,
+                                          window_checks, window_frame)
 from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
                                        normalise, parse_tolerances, require_columns)
 from backfill.verify.tables import TableRef, apply_mapping, parse_ref, read_table
@@ -313,8 +314,7 @@ def _stream_suites(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> lis
                      f"streaming output of {op.name}", report_dir / "gx" / op.name)]
     unique = ("partition", "offset")
     if set(unique) <= set(stream.columns):
-        duplicated = stream.groupBy(*unique).count().where(F.col("count") > 1)
-        suites.append(_suite(duplicated, [unique_check(unique)], f"{op.name}.stream.unique",
+        suites.append(_suite(duplicated_groups(stream, unique), [unique_check(unique)], f"{op.name}.stream.unique",
                              f"groups of {unique} in the streaming output of {op.name}",
                              report_dir / "gx" / f"{op.name}.unique"))
     return suites

@@ -85,7 +85,7 @@ def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonO
     """Show what a run would do: inputs, output range, warm-up and cool-down, operators, sinks. Reads no data."""
     from backfill.plan.builder import build_plan
     from backfill.plan.explainer import explain, plan_dict
-    from backfill.spec import load_job
+    from backfill.jobspec import load_job
 
     with handled():
         the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
@@ -114,7 +114,7 @@ def execute(job: Path, start: int | None, end: int | None, profile: str | None, 
             quiet: bool = False) -> dict[str, Any]:
     """Load, plan and run a job; return the summary as a dict."""
     from backfill.plan.builder import build_plan
-    from backfill.spec import load_job
+    from backfill.jobspec import load_job
 
     the_plan = build_plan(load_job(job), start, end)
     if engine == "reference":
@@ -150,7 +150,7 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
             as_json: JsonOpt = False) -> None:
     """Show the processing order per task: task, seq, record, timestamp and each operator's stream time."""
     from backfill.plan.builder import build_plan
-    from backfill.spec import load_job
+    from backfill.jobspec import load_job
 
     with handled():
         the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
@@ -205,7 +205,7 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
            start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Reconcile the backfill's published output with the streaming application's output, with causes."""
     from backfill.plan.builder import build_plan
-    from backfill.spec import load_job
+    from backfill.jobspec import load_job
     from backfill.verify.reconcile import parse_tolerances
     from backfill.verify.runner import default_report_dir, targets_for, verify_plan
 

@@ -16,8 +16,8 @@ from rich.table import Table
 
 import backfill
 from backfill.errors import SpecError
-from backfill.spec.durations import format_duration
-from backfill.spec.models import WindowSpec
+from backfill.jobspec.durations import format_duration
+from backfill.jobspec.models import WindowSpec
 
 TOPIC = "clicks"
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -181,7 +181,7 @@ def _read_delta(path: Path) -> pa.Table:
 
 def _windows(job: Path) -> dict[str, WindowSpec]:
     """The window of each aggregate operator of the job, to say when its windows closed."""
-    from backfill.spec import load_job
+    from backfill.jobspec import load_job
 
     spec = load_job(job).spec
     return {op.name: op.aggregate.window for op in spec.operators if op.aggregate is not None}

@@ -375,7 +375,7 @@ def jobs_of(spark: Any, group: str) -> int | None:
 def run_exact(spark: Any, job_file: Path, group: str) -> dict[str, Any]:
     from backfill.plan import evaluator
     from backfill.plan.builder import build_plan
-    from backfill.spec.load import load_job
+    from backfill.jobspec.load import load_job
 
     clock = StageClock(spark, group)
     clock.install()
@@ -440,7 +440,7 @@ def run_inexact(spark: Any, data: Path, schema_file: Path, out: Path, group: str
 def run_ref(job_file: Path) -> dict[str, Any]:
     from backfill.plan.builder import build_plan
     from backfill.reference.engine import run_reference
-    from backfill.spec.load import load_job
+    from backfill.jobspec.load import load_job
 
     with PeakRSS() as mem:
         t = time.perf_counter()

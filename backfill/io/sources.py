@@ -14,8 +14,8 @@ from pyspark.sql import types as T
 
 from backfill.errors import NotImplementedYet, SourceError
 from backfill.io.schemas import load_value_schema
-from backfill.spec.load import Job
-from backfill.spec.models import SourceSpec
+from backfill.jobspec.load import Job
+from backfill.jobspec.models import SourceSpec
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))

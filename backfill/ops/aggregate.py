@@ -17,7 +17,7 @@ from backfill.errors import NotImplementedYet
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 
 FOLD_FIELDS = ("seq", "key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from backfill.errors import SpecError
-from backfill.spec.models import Aggregation, FoldAggregation
+from backfill.jobspec.models import Aggregation, FoldAggregation
 from backfill.sqldialect import SparkSQL
 
 RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")

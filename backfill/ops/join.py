@@ -28,7 +28,7 @@ from sqlglot import exp
 from backfill.errors import SpecError
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
-from backfill.spec.models import JoinSpec, OperatorSpec
+from backfill.jobspec.models import JoinSpec, OperatorSpec
 
 NULL_VALUE = "null_value"
 EXPIRED = "expired"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from backfill.spec.models import DAY_MS, JoinSpec, WindowSpec
+from backfill.jobspec.models import DAY_MS, JoinSpec, WindowSpec
 
 
 @dataclass(frozen=True)

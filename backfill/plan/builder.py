@@ -4,9 +4,9 @@ from __future__ import annotations
 from backfill.errors import SpecError
 from backfill.ops.windows import JoinWindows
 from backfill.plan.definition import OperatorPlan, Plan, SourcePlan
-from backfill.spec.durations import format_duration
-from backfill.spec.load import Job
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.durations import format_duration
+from backfill.jobspec.load import Job
+from backfill.jobspec.models import OperatorSpec
 
 
 def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Plan:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backfill.spec.load import Job
+from backfill.jobspec.load import Job
 
 
 @dataclass(frozen=True)

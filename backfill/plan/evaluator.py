@@ -27,7 +27,7 @@ from backfill.ops.join import JoinResult, join, stream_time_columns
 from backfill.ops.windows import TimeWindows
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
 from backfill.verify.expectations import PublishChecks, warm_up
 

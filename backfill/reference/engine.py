@@ -20,7 +20,7 @@ from backfill.order.tasks import check_copartitioned
 from backfill.plan.definition import Plan
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.records import read_records
-from backfill.spec.models import FoldAggregation, OperatorSpec, TimestampSpec
+from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 
 
 @dataclass

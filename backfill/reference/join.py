@@ -15,7 +15,7 @@ from typing import Any
 from backfill.ops.join import IMMEDIATE, JOINED, JOINER_FIELDS, TRIGGERED, emit_seq, java_long
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 from backfill.reference.expr import compile_scalar
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 
 JAVA_MAX = 2**63 - 1
 

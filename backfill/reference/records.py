@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from backfill.errors import SourceError
-from backfill.spec.load import Job
-from backfill.spec.models import SourceSpec
+from backfill.jobspec.load import Job
+from backfill.jobspec.models import SourceSpec
 
 
 def read_records(job: Job, name: str) -> list[dict[str, Any]]:

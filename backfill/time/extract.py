@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SpecError
-from backfill.spec.models import TimestampSpec
+from backfill.jobspec.models import TimestampSpec
 
 # `_drop`: why a record never reaches an operator (null when it does); `_fatal`: a policy says fail.
 INVALID = "invalid_timestamp"

@@ -31,7 +31,7 @@ from backfill.ops.aggregate import FOLD_FIELDS
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import extract
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
 

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from backfill.errors import PublishError
 from backfill.ops.windows import TimeWindows
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 
 RESULT_FORMAT_PUBLISH = "BOOLEAN_ONLY"  # fewest Spark jobs; a failure is re-run with SUMMARY for the message
 RESULT_FORMAT_REPORT = "SUMMARY"

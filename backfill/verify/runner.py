@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from backfill.errors import SourceError, SpecError
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
 from backfill.verify.expectations import (RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate,
                                           window_checks, window_frame)

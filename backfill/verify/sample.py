@@ -24,7 +24,7 @@ from backfill.errors import SpecError
 from backfill.plan.builder import build_plan
 from backfill.reference.engine import ReferenceResult, WindowAggregate
 from backfill.reference.records import read_records
-from backfill.spec import load_job
+from backfill.jobspec import load_job
 
 
 def simulate(job_path: Path, operator: str, restarts: int = 3, duplicates: int = 2,

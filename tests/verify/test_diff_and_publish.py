@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.errors import PublishError
-from backfill.spec.models import OperatorSpec
+from backfill.jobspec.models import OperatorSpec
 
 pytestmark = [pytest.mark.spark]
 SCHEMA = pa.schema([("key", pa.string()), ("window_start", pa.int64()), ("window_end", pa.int64()),

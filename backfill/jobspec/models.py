@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from backfill.spec.durations import parse_duration
+from backfill.jobspec.durations import parse_duration
 
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 LEGACY_GRACE = "legacy"

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from backfill.errors import SpecError
-from backfill.spec.models import JobSpec
+from backfill.jobspec.models import JobSpec
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,16 @@ from __future__ import annotations
 import pytest
 
 from backfill.errors import SpecError
-from backfill.ops.join import joiner_sql
+from backfill.ops.expressions import joiner_sql
 from backfill.plan.builder import build_plan
 from backfill.jobspec import load_job
 from tests.golden.harness import join_job, run_job
 
 
 def _plan(tmp_path, text: str):
+    (tmp_path / "inputs").mkdir(exist_ok=True)
+    for side in ("left", "right"):  # a plan checks that its inputs exist (it reads nothing else)
+        (tmp_path / "inputs" / f"{side}.jsonl").touch()
     (tmp_path / "job.yaml").write_text(text)
     return build_plan(load_job(tmp_path / "job.yaml"))
 
@@ -61,9 +64,9 @@ def test_joiner_reads_only_key_left_and_right():
 @pytest.mark.parametrize("engine", ["spark", "reference"])
 def test_inputs_with_different_partition_counts_are_refused(tmp_path, spark, engine):
     """Observed counts (max partition + 1) differ: Kafka Streams refuses to join such inputs."""
-    rows = {"left": [{"topic": "left", "partition": p, "offset": 0, "key": "1", "value": "a", "timestamp": 1,
+    rows = {"left": [{"topic": "left", "partition": p, "offset": 0, "key": 1, "value": "a", "timestamp": 1,
                       "seq": p} for p in (0, 1)],
-            "right": [{"topic": "right", "partition": 0, "offset": 0, "key": "1", "value": "b", "timestamp": 1,
+            "right": [{"topic": "right", "partition": 0, "offset": 0, "key": 1, "value": "b", "timestamp": 1,
                        "seq": 5}]}
     job = join_job("inner", "{before: 1s, after: 1s, grace: 0ms}").replace(", partitions: 1", "")
     got = run_job(tmp_path, job, rows, engine=engine)

@@ -119,6 +119,7 @@ operators:
   - {name: ca, aggregate: {input: a, window: {type: tumbling, size: 5ms, grace: 0ms}, aggregations: {n: count()}}}
   - {name: cb, aggregate: {input: b, window: {type: tumbling, size: 5ms, grace: 0ms}, aggregations: {n: count()}}}
   - {name: cc, aggregate: {input: c, window: {type: tumbling, size: 5ms, grace: 0ms}, aggregations: {n: count()}}}
+sinks: {ca: {format: none}, cb: {format: none}, cc: {format: none}}
 """
 
 

@@ -6,6 +6,9 @@ import re
 UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h|d)\s*$")
 HINT = "use an integer with a unit, e.g. 5m, 30s, 500ms, 24h, 1d"
+# 100 years: every sum the engine forms (a timestamp plus size, advance, grace, before, after) stays far
+# below 2^63 ms, so no window or retention bound can overflow a Java/Spark long
+MAX_MS = 36_500 * UNITS_MS["d"]
 
 
 def parse_duration(text: object) -> int:
@@ -15,7 +18,10 @@ def parse_duration(text: object) -> int:
     match = _DURATION.match(text)
     if not match:
         raise ValueError(f"{text!r} is not a duration; {HINT}")
-    return int(match.group(1)) * UNITS_MS[match.group(2)]
+    ms = int(match.group(1)) * UNITS_MS[match.group(2)]
+    if abs(ms) > MAX_MS:
+        raise ValueError(f"{text!r} is out of range; a duration is at most 36500d (100 years)")
+    return ms
 
 
 def format_duration(ms: int) -> str:

@@ -61,6 +61,7 @@ class SourceSpec(Strict):
     format: Literal["delta", "parquet", "jsonl", "kafka"]
     path: str | None = None
     version: int | None = None
+    as_of: str | None = None
     kafka: KafkaSpec | None = None
     topic: str | None = None
     partitions: int | None = Field(default=None, gt=0)
@@ -87,6 +88,8 @@ class SourceSpec(Strict):
             raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
         if self.version is not None and self.format != "delta":
             raise ValueError("@version: a Delta snapshot version is only allowed with format: delta")
+        if self.as_of is not None and (self.format != "delta" or self.version is not None):
+            raise ValueError("@as_of: a Delta snapshot by time is only allowed with format: delta, without version")
         return self
 
 
@@ -241,8 +244,21 @@ class OperatorSpec(Strict):
 
 
 class SinkSpec(Strict):
-    format: Literal["delta", "parquet", "jsonl"]
-    path: str
+    format: Literal["delta", "parquet", "jsonl", "none"]
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _path(self) -> SinkSpec:
+        if self.format == "none" and self.path is not None:
+            raise ValueError("@path: a sink with format: none writes nothing; remove path or pick a format")
+        if self.format != "none" and not self.path:
+            raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
+        return self
+
+    @property
+    def writes(self) -> bool:
+        """False for `format: none` (the operator's output is only counted)."""
+        return self.format != "none"
 
 
 class VerifySpec(Strict):
@@ -273,6 +289,8 @@ class JobSpec(Strict):
                     raise ValueError(f"@operators[{i}].{op.kind}: reads {src!r}, which is not a source; "
                                      f"sources are: {', '.join(self.sources)}")
         allowed = set(names) | {"_ledger", "_runs"}
+        if "_runs" in self.sinks and self.sinks["_runs"].format not in ("delta", "jsonl"):
+            raise ValueError("@sinks._runs.format: the runs table is a delta table or a .jsonl file")
         for sink in self.sinks:
             if sink not in allowed:
                 raise ValueError(f"@sinks.{sink}: no operator of that name; sinks are named after an operator, "

@@ -17,6 +17,8 @@ RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offs
 _ORDER_SENSITIVE = re.compile(
     r"\b(first|last|first_value|last_value|collect_list|array_agg|listagg|string_agg|max_by|min_by|any_value|"
     r"nth_value|try_reduce)\s*\(", re.IGNORECASE)
+# what a joiner sees of each side: left.<f> / right.<f> (null on the unmatched side)
+JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 _EMPTY_COUNT = re.compile(r"\bcount\s*\(\s*\)", re.IGNORECASE)
 
 
@@ -97,3 +99,22 @@ def record_scope(step: str, path: str) -> str:
         return exp.Dot.build([exp.column("__r"), *[exp.to_identifier(p) for p in parts]])
 
     return tree.transform(scoped).sql(dialect="spark")
+
+
+def joiner_sql(sql: str, where: str) -> str:
+    """Check that the joiner only reads key, left.* and right.* (the two records, null when unmatched)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        raise SpecError(f"{where}: {sql!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
+    lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
+    for col in tree.find_all(exp.Column):
+        parts = [p.name for p in col.parts]
+        if parts[0] in lambdas:
+            continue
+        ok = parts[0] == "key" and len(parts) == 1 or parts[0] in ("left", "right") and (
+            len(parts) == 1 or parts[1] in JOINER_FIELDS)
+        if not ok:
+            raise SpecError(f"{where}: {'.'.join(parts)!r} is not in scope; a joiner reads key, left.<f> and "
+                            f"right.<f> with <f> one of {', '.join(JOINER_FIELDS)}")
+    return sql

@@ -18,15 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-import sqlglot
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from sqlglot import exp
 
-from backfill.errors import SpecError
 from backfill.ledger import NULL_KEY, ledger_rows
+from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 
@@ -37,7 +35,6 @@ TRIGGERED, JOINED, IMMEDIATE = 0, 1, 2
 STRIDE = 2**31  # emit_seq = seq * 2^31 + phase base + position in the phase (gaps allowed)
 PHASE_BASE = (0, 2**30, STRIDE - 1)
 JAVA_MAX = 2**63 - 1
-JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 KERNEL_SCHEMA = "task int, out_seq long, idx long, seq long, ts long"
 FLAG_COLUMNS = ("_side", "_stj", "_to", "_korder")  # what the outer-store kernel needs of a record
 
@@ -71,25 +68,6 @@ def stream_time_columns(op: OperatorSpec, st: str) -> dict[str, Column]:
     return {st: live & F.col("source").isin(spec.left, spec.right),
             f"{st}_l": written & (F.col("source") == spec.left),
             f"{st}_r": written & (F.col("source") == spec.right)}
-
-
-def joiner_sql(sql: str, where: str) -> str:
-    """Check that the joiner only reads key, left.* and right.* (the two records, null when unmatched)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="spark")
-    except sqlglot.errors.ParseError as exc:
-        raise SpecError(f"{where}: {sql!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
-    lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
-    for col in tree.find_all(exp.Column):
-        parts = [p.name for p in col.parts]
-        if parts[0] in lambdas:
-            continue
-        ok = parts[0] == "key" and len(parts) == 1 or parts[0] in ("left", "right") and (
-            len(parts) == 1 or parts[1] in JOINER_FIELDS)
-        if not ok:
-            raise SpecError(f"{where}: {'.'.join(parts)!r} is not in scope; a joiner reads key, left.<f> and "
-                            f"right.<f> with <f> one of {', '.join(JOINER_FIELDS)}")
-    return sql
 
 
 def join(op: OperatorSpec, ordered: DataFrame, st: str) -> JoinResult:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from backfill.errors import SpecError
+from backfill.ops.expressions import compile_aggregations, joiner_sql
 from backfill.ops.windows import JoinWindows
 from backfill.plan.definition import OperatorPlan, Plan, SourcePlan
+from backfill.plan.validate import check_inputs_exist, check_paths, check_sinks_declared
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
@@ -13,6 +15,10 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     """Decide what a run of `job` over outputs with window start in [start, end) reads and writes."""
     if start is not None and end is not None and start >= end:
         raise SpecError(f"--start {start} is not before --end {end}; the range is [start, end)")
+    runs = _runs_location(job)
+    check_sinks_declared(job)
+    check_paths(job, runs)
+    check_inputs_exist(job)
     operators = tuple(_operator_plan(job, op, start, end) for op in job.spec.operators)
     sources = tuple(_source_plan(job, name, rank, operators, start, end)
                     for rank, name in enumerate(job.spec.sources))
@@ -20,26 +26,33 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     unused = [s.name for s in sources if not any(s.name in op.inputs for op in operators)]
     if unused:
         notes.append(f"sources not read by any operator (skipped): {', '.join(unused)}")
-    sinks = job.spec.sinks
     return Plan(job=job, start=start, end=end, sources=sources, operators=operators,
-                ledger_sink=job.resolve(sinks["_ledger"].path) if "_ledger" in sinks else None,
-                runs_sink=_runs_location(job), notes=tuple(notes))
+                ledger_sink=_sink_path(job, "_ledger"), runs_sink=runs, notes=tuple(notes))
+
+
+def _sink_path(job: Job, name: str) -> str | None:
+    """Where sink `name` writes, or None when it is absent or `format: none` (counted only)."""
+    sink = job.spec.sinks.get(name)
+    return job.resolve(sink.path) if sink is not None and sink.path else None
 
 
 def _runs_location(job: Job) -> str:
     sinks = job.spec.sinks
-    if "_runs" in sinks:
+    if "_runs" in sinks and sinks["_runs"].path:
         return job.resolve(sinks["_runs"].path)
-    if "_ledger" in sinks and sinks["_ledger"].format == "delta":
+    if "_ledger" in sinks and sinks["_ledger"].format == "delta" and sinks["_ledger"].path:
         return job.resolve(sinks["_ledger"].path).rstrip("/") + "_runs"
     return str(job.base / ".backfill" / job.spec.name / "runs")
 
 
 def _operator_plan(job: Job, op: OperatorSpec, start: int | None, end: int | None) -> OperatorPlan:
-    sink = job.resolve(job.spec.sinks[op.name].path) if op.name in job.spec.sinks else None
+    sink = _sink_path(job, op.name)
     if op.aggregate is None:
+        assert op.join is not None
+        joiner_sql(op.join.value, f"{job.path}: operators.{op.name}.join.value")  # parses, names in scope
         return _join_plan(job, op, sink, start, end)
     spec = op.aggregate
+    compile_aggregations(spec.aggregations, f"{job.path}: operators.{op.name}.aggregate")
     w = spec.window
     if w.type in ("sliding", "session"):
         return OperatorPlan(name=op.name, kind="aggregate", inputs=(spec.input,), window=w.type, emit=spec.emit,

@@ -58,6 +58,12 @@ class Plan:
         """True when --start or --end limits the outputs."""
         return self.start is not None or self.end is not None
 
+    @property
+    def written_paths(self) -> list[str]:
+        """Every location a run writes: the operators' sinks, the ledger, the runs table."""
+        paths = [op.sink for op in self.operators if op.sink] + [self.ledger_sink, self.runs_sink]
+        return [p for p in paths if p]
+
     def source(self, name: str) -> SourcePlan:
         """The plan of source `name`."""
         return next(s for s in self.sources if s.name == name)

@@ -12,7 +12,8 @@ import struct
 from collections import defaultdict
 from typing import Any
 
-from backfill.ops.join import IMMEDIATE, JOINED, JOINER_FIELDS, TRIGGERED, emit_seq, java_long
+from backfill.ops.expressions import JOINER_FIELDS
+from backfill.ops.join import IMMEDIATE, JOINED, TRIGGERED, emit_seq, java_long
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 from backfill.reference.expr import compile_scalar
 from backfill.jobspec.models import OperatorSpec

@@ -29,6 +29,7 @@ operators:
     aggregate: {input: a, window: {type: tumbling, size: 1h, grace: 1h}, aggregations: {n: count()}}
   - name: count_b
     aggregate: {input: b, window: {type: tumbling, size: 1h, grace: 1h}, aggregations: {n: count()}}
+sinks: {count_a: {format: none}, count_b: {format: none}}
 """
 
 

@@ -1,0 +1,76 @@
+"""Plan: what can be checked before any data is read (part of `plan`, so `run` checks it too).
+
+Paths that would destroy data (a sink on an input, on the ledger, on the runs table or on another
+sink), inputs that do not exist, expressions that do not parse, sinks missing for an operator.
+Every message is one line naming the field and the fix, and points at docs/job-spec.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backfill.errors import SpecError
+from backfill.jobspec.load import Job
+
+DOCS = "docs/job-spec.md"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place a job reads or writes, named by its field path in the job file."""
+
+    field: str
+    path: Path
+    writes: bool
+
+
+def locations(job: Job, runs: str) -> list[Location]:
+    """Every path-based input and output of the job (Kafka sources have no path)."""
+    spec = job.spec
+    found = [Location(f"sources.{name}.path", Path(job.resolve(src.path)), writes=False)
+             for name, src in spec.sources.items() if src.path]
+    found += [Location(f"sinks.{name}.path", Path(job.resolve(sink.path)), writes=True)
+              for name, sink in spec.sinks.items() if sink.path]
+    if "_runs" not in spec.sinks:
+        found.append(Location("the runs table (default location)", Path(runs), writes=True))
+    return found
+
+
+def check_paths(job: Job, runs: str) -> None:
+    """Refuse a sink that equals or lies inside (or contains) another location of the job."""
+    places = locations(job, runs)
+    for i, a in enumerate(places):
+        for b in places[i + 1:]:
+            if not (a.writes or b.writes):
+                continue
+            if a.path == b.path:
+                relation = "is also"
+            elif b.path.is_relative_to(a.path) or a.path.is_relative_to(b.path):
+                relation = "contains or lies inside"
+            else:
+                continue
+            writer, other = (a, b) if a.writes else (b, a)
+            raise SpecError(f"{job.path}: {writer.field}: {writer.path} {relation} {other.field} ({other.path}); "
+                            "publishing would overwrite it: give every sink a path of its own, outside the "
+                            f"inputs ({DOCS}#sinks)")
+
+
+def check_inputs_exist(job: Job) -> None:
+    """Source paths and value schemas must exist before a run starts."""
+    for name, src in job.spec.sources.items():
+        if src.path and not Path(job.resolve(src.path)).exists():
+            raise SpecError(f"{job.path}: sources.{name}.path: {job.resolve(src.path)} does not exist; paths are "
+                            f"relative to the job file ({DOCS}#sources)")
+        schema = src.value.schema_
+        if schema and not Path(job.resolve(schema)).is_file():
+            raise SpecError(f"{job.path}: sources.{name}.value.schema: {job.resolve(schema)} does not exist; give "
+                            f"the path of a JSON schema file, relative to the job file ({DOCS}#sources)")
+
+
+def check_sinks_declared(job: Job) -> None:
+    """Every operator writes somewhere, or says it is only counted (`{format: none}`)."""
+    for op in job.spec.operators:
+        if op.name not in job.spec.sinks:
+            raise SpecError(f"{job.path}: sinks.{op.name}: operator {op.name!r} has no sink; add one, e.g. "
+                            f"{op.name}: {{format: delta, path: ../out/{op.name}}}, or {op.name}: {{format: none}} "
+                            f"to only count its output ({DOCS}#sinks)")

@@ -37,6 +37,8 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     for name, sink in summary["sinks"].items():
         version = f" version {sink['version']}" if sink.get("version") is not None else ""
         console.print(f"  {name} -> {sink['path']} ({sink['rows']:,} rows{version})", highlight=False)
+    for warning in summary.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     console.print(f"{summary['records_in']:,} records in {summary['duration_s']:.1f} s "
                   f"({summary['records_per_s']:,.0f} records/s); every record accounted for", highlight=False)
 

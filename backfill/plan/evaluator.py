@@ -27,6 +27,7 @@ from backfill.ops.join import JoinResult, join, stream_time_columns
 from backfill.ops.windows import TimeWindows
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
+from backfill.ranges import in_range
 from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
 from backfill.verify.expectations import PublishChecks, warm_up
@@ -71,6 +72,7 @@ class RunSummary:
     inputs: dict[str, Any] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
     expectations: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     code_version: str = __version__
 
@@ -221,8 +223,9 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame
     frames = []
     for sp in plan.sources:
         spec = plan.job.spec.sources[sp.name]
-        read = read_source(spark, plan.job, sp.name, sp.rank)
-        summary.inputs[sp.name] = {"format": sp.format, "location": read.location, "version": read.version}
+        read = read_source(spark, plan.job, sp.name, sp.rank, sp.read_from if sp.read_from is not None
+                           else plan.start, sp.read_until)
+        summary.inputs[sp.name] = read.manifest(sp.format)
         df = extract(read.records, spec.timestamp, sp.name)
         if spec.on_error == "fail":
             df = df.withColumn("_fatal", F.coalesce(F.col("_fatal"), F.col("_problem")))
@@ -267,13 +270,16 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                  F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
                  F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
-    cols += [F.min(F.xxhash64("topic")).alias("topic_lo"), F.max(F.xxhash64("topic")).alias("topic_hi")]
+    # (an unreadable record's topic may be unknown: it does not count)
+    topic = F.when(F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True)), F.xxhash64("topic"))
+    cols += [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
     rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
     _check_one_topic_per_source(ordered, rows)
-    _check_copartitioning(plan, rows)
+    _check_copartitioning(plan, rows, {name: int(i["partitions"]) for name, i in summary.inputs.items()
+                                       if i.get("partitions")})
     for r in rows:
         src = r["source"]
         summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
@@ -282,6 +288,11 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
             reason = UNREADABLE if r["_drop"].startswith("unreadable") else INVALID_TIMESTAMP
             drops = summary.source_drops.setdefault(src, {})
             drops[reason] = drops.get(reason, 0) + r["n"]
+    for sp in plan.sources:  # a source without records is still reported, with a warning
+        if summary.records_read.setdefault(sp.name, 0) == 0:
+            summary.warnings.append(f"source {sp.name} has no records ({sp.location}"
+                                    f"{', from ' + str(sp.read_from) if sp.read_from is not None else ''}); "
+                                    "its operators produced nothing from it")
     for src in summary.records_read:
         summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
             sum(summary.source_drops.get(src, {}).values())
@@ -323,7 +334,7 @@ def _join_counts(rows: list[Any], i: int) -> OperatorCounts:
     return counts
 
 
-def _check_copartitioning(plan: Plan, rows: list[Any]) -> None:
+def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[str, int]) -> None:
     """A join's inputs must have equal partition counts: declared `partitions:`, else max partition + 1."""
     observed: dict[str, int] = {}
     for r in rows:
@@ -331,7 +342,7 @@ def _check_copartitioning(plan: Plan, rows: list[Any]) -> None:
             observed[r["source"]] = max(observed.get(r["source"], 0), r["task"] + 1)
     for op in plan.job.spec.operators:
         if op.kind == "join":
-            declared = {s: plan.job.spec.sources[s].partitions for s in op.inputs}
+            declared = {s: plan.job.spec.sources[s].partitions or summary_partitions.get(s) for s in op.inputs}
             check_copartitioned({s: declared[s] or observed.get(s, 0) for s in op.inputs}, op.name)
 
 
@@ -351,9 +362,9 @@ def _check_one_topic_per_source(ordered: DataFrame, rows: list[Any]) -> None:
 def _raise_fatal(ordered: DataFrame) -> None:
     first = (ordered.where(F.col("_fatal").isNotNull())
              .orderBy("source_rank", "partition", "offset").select(
-                 "source", "topic", "partition", "offset", "_fatal", "_raw_ts", "_problem").first())
+                 "source", "topic", "partition", "offset", "_fatal", "_raw_ts", "_problem", "_where").first())
     assert first is not None
-    where = f"sources.{first['source']}: record {first['topic']}/{first['partition']}@{first['offset']}"
+    where = f"sources.{first['source']}: record {record_location(first)}"
     if first["_fatal"] == INVALID:
         raise SourceError(f"{where} has an invalid timestamp ({first['_raw_ts']}); Kafka Streams' default "
                           "extractor fails here too: set timestamp.on_invalid: skip or partition_time")
@@ -363,6 +374,29 @@ def _raise_fatal(ordered: DataFrame) -> None:
                           "Streams does; use skip")
     raise SourceError(f"{where} is unreadable ({first['_problem']}); fix the data or set on_error: skip "
                       "to send such records to the ledger")
+
+
+def record_location(row: Any) -> str:
+    """`topic/partition@offset`, plus `file line N` for a line of a JSONL file (found by its text)."""
+    where = row["_where"]
+    kafka = f"{row['topic']}/{row['partition']}@{row['offset']}" if row["offset"] is not None else ""
+    if where is None:
+        return kafka
+    line = _line_number(where["file"], where["text"])
+    place = f"{where['file']} line {line}" if line else where["file"]
+    return f"{kafka} ({place})" if kafka else place
+
+
+def _line_number(file: str, text: str) -> int | None:
+    """1-based number of the first line of `file` equal to `text` (only for error messages)."""
+    try:
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, 1):
+                if line.rstrip("\r\n") == text:
+                    return number
+    except OSError:
+        return None
+    return None
 
 
 def _beyond(plan: Plan) -> Column:
@@ -378,13 +412,7 @@ def _cut_cooldown(plan: Plan, ordered: DataFrame) -> DataFrame:
 
 
 def _in_range(plan: Plan, col: str) -> Column:
-    value = F.coalesce(F.col(col), F.lit(-1))
-    cond = F.lit(True)
-    if plan.start is not None:
-        cond = cond & (value >= F.lit(plan.start))
-    if plan.end is not None:
-        cond = cond & (value < F.lit(plan.end))
-    return cond
+    return in_range(col, plan.start, plan.end)
 
 
 def _ledger_candidates(plan: Plan) -> Column:
@@ -399,7 +427,8 @@ def _ledger_candidates(plan: Plan) -> Column:
 def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult | JoinResult]) -> DataFrame:
     dropped = processed.where(F.col("_drop").isNotNull())
     reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)).otherwise(F.lit(INVALID_TIMESTAMP))
-    source_rows = ledger_rows(dropped, reason=reason, detail=F.col("_problem"), timestamp=F.col("_raw_ts"),
+    detail = F.concat_ws(" in ", F.col("_problem"), F.col("_where.file"))
+    source_rows = ledger_rows(dropped, reason=reason, detail=detail, timestamp=F.col("_raw_ts"),
                               stream_time=F.col("_pmax"), range_time=F.col("_pmax"))
     return functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
 

@@ -17,21 +17,39 @@ def read_records(job: Job, name: str) -> list[dict[str, Any]]:
     location = job.resolve(spec.path or "")
     if not os.path.exists(location):
         raise SourceError(f"sources.{name}.path: {location} does not exist")
-    rows = _raw_rows(spec, location)
+    rows = _raw_rows(spec, location, name)
     schema = _schema_fields(job, spec)
     return [_canonical(row, spec, name, schema) for row in rows]
 
 
-def _raw_rows(spec: SourceSpec, location: str) -> list[dict[str, Any]]:
+def _raw_rows(spec: SourceSpec, location: str, name: str) -> list[dict[str, Any]]:
     if spec.format == "jsonl":
         return _jsonl(location)
     if spec.format == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(location).to_pylist()
-    from deltalake import DeltaTable
+        table = pq.read_table(location)
+    else:
+        from deltalake import DeltaTable
 
-    return DeltaTable(location, version=spec.version).to_pyarrow_table().to_pylist()
+        table = DeltaTable(location, version=spec.version).to_pyarrow_table()
+    _check_key_column(table.schema, spec, name, location)
+    return table.to_pylist()
+
+
+def _check_key_column(schema: Any, spec: SourceSpec, name: str, location: str) -> None:
+    """A table's key column must fit the declared key format (the Spark reader refuses the same)."""
+    import pyarrow.types as pat
+
+    key = spec.columns.get("key", "key")
+    if key not in schema.names:
+        return
+    dtype = schema.field(key).type
+    text = pat.is_string(dtype) or pat.is_large_string(dtype) or pat.is_binary(dtype) or pat.is_large_binary(dtype)
+    fits = text or (spec.key.format == "long" and pat.is_integer(dtype))
+    if not fits:
+        raise SourceError(f"sources.{name}.key.format: {location} has a {dtype} key column, which key.format: "
+                          f"{spec.key.format} does not read")
 
 
 def _jsonl(location: str) -> list[dict[str, Any]]:
@@ -47,8 +65,58 @@ def _jsonl(location: str) -> list[dict[str, Any]]:
                     row = json.loads(line)
                 except json.JSONDecodeError:
                     row = None
-                rows.append(row if isinstance(row, dict) else {"_problem": "unreadable record: not a JSON record"})
+                rows.append(row if isinstance(row, dict) else {"_problem": "unreadable record: the line is not a JSON "
+                                                                           "object"})
     return rows
+
+
+# JSONL field types (the same rules as backfill/io/jsonl.py): nothing is coerced; a wrong type is unreadable
+_EXPECTED = {"topic": ("string", "a JSON string"), "partition": ("integer", "a JSON integer"),
+             "offset": ("integer", "a JSON integer"), "seq": ("integer", "a JSON integer"),
+             "timestamp": ("integer", "epoch milliseconds (a JSON integer)"),
+             "headers": ("object", "a JSON object of strings")}
+_KEY_WANTS = {"string": "string", "bytes": "string", "long": "integer", "json": None}
+_KEY_HINT = {"string": "declare key.format: long or json", "bytes": "declare key.format: long or json",
+             "long": "declare key.format: string or json"}
+
+
+def json_type(value: Any) -> str:
+    """JSON type name of a parsed value: null, string, integer, number, boolean, object, array."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer" if -2**63 <= value < 2**63 else "number"
+    return {str: "string", float: "number", dict: "object", list: "array"}.get(type(value), "string")
+
+
+def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str]) -> str | None:
+    """Why a JSONL line is unreadable (the first field, in record order, of the wrong JSON type)."""
+    for column, name in fields.items():
+        if name not in row or row[name] is None:
+            continue
+        found = json_type(row[name])
+        if column == "key":
+            want = _KEY_WANTS[spec.key.format]
+            if want is not None and found != want:
+                return (f"unreadable key: the key is a JSON {found}; key.format: {spec.key.format} wants a JSON "
+                        f"{want} ({_KEY_HINT[spec.key.format]})")
+        elif column == "value":
+            if spec.value.format == "json" and found not in ("string", "object"):
+                return (f"unreadable value: the value is a JSON {found}; value.format: json wants a JSON object or "
+                        "a string holding one")
+            if spec.value.format == "string" and found != "string":
+                return (f"unreadable value: the value is a JSON {found}; value.format: string wants a JSON string "
+                        "(declare value.format: json for JSON values)")
+        else:
+            want, shown = _EXPECTED[column]
+            bad = found != want or (column == "partition" and not -2**31 <= row[name] < 2**31)
+            if column == "headers" and not bad:
+                bad = not all(isinstance(v, str) for v in row[name].values())
+            if bad:
+                return f"unreadable record: {column} is a JSON {found}, not {shown}"
+    return None
 
 
 def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
@@ -62,6 +130,16 @@ def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
 
 
 def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[str, str] | None) -> dict[str, Any]:
+    if spec.format == "jsonl" and "_problem" not in row:
+        fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
+                                                       "headers")}
+        if spec.order_by:
+            fields["seq"] = spec.columns.get("seq", spec.order_by)
+        problem = jsonl_problem(row, spec, fields)
+        if problem is not None:  # the fields still read are those of the right type (as Spark reads them)
+            row = {name_: (row[name_] if name_ in row and jsonl_problem({name_: row[name_]}, spec,
+                                                                         {c: name_}) is None else None)
+                   for c, name_ in fields.items()} | {"_problem": problem}
     for record_col, table_col in spec.columns.items():
         if table_col in row:
             row[record_col] = row.pop(table_col)
@@ -90,8 +168,8 @@ def _key(key: Any, fmt: str) -> Any:
             return int(key)
         except (TypeError, ValueError):
             return _BAD
-    if fmt in ("string", "json") and not isinstance(key, str):
-        return json.dumps(key) if isinstance(key, (dict, list)) else str(key)
+    if fmt == "json" and not isinstance(key, str):  # the token's JSON text, as Spark's variant prints it
+        return json.dumps(key, separators=(",", ":"), sort_keys=True)
     return key
 
 

@@ -16,8 +16,11 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
+from backfill.ledger import LEDGER_SCHEMA
+from backfill.ranges import in_range
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
@@ -199,13 +202,16 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     stream_ref = parse_ref(target.against, target.base)
     progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
     mapping = {**(settings.columns if settings else {}), **maps}
-    stream = apply_mapping(read_table(spark, stream_ref), mapping, f"--against {op.name}={target.against}")
+    backfill = read_table(spark, backfill_ref, _output_schema(op))
+    stream_fallback = T.StructType([*backfill.schema.fields, T.StructField("partition", T.IntegerType()),
+                                    T.StructField("offset", T.LongType())])
+    stream = apply_mapping(read_table(spark, stream_ref, stream_fallback), mapping,
+                           f"--against {op.name}={target.against}")
     if "window_end" not in stream.columns:
         stream = stream.withColumn("window_end", F.col("window_start") + F.lit(windows.size))
     aggs = tuple(op.aggregate.aggregations)
     require_columns(stream, ("key", "window_start", *aggs), f"streaming output {stream_ref}",
                     "map it with --map col=source_col (or verify.<operator>.columns in the job)")
-    backfill = read_table(spark, backfill_ref)
     columns = ("window_end", *aggs) + (("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())
     updates = op.aggregate.emit == "updates"
     order = tuple(c for c in ("partition", "offset") if c in stream.columns)
@@ -271,7 +277,20 @@ def _ledger(spark: SparkSession, plan: Plan) -> DataFrame | None:
     if not plan.ledger_sink or not Path(plan.ledger_sink).exists():
         return None
     sink = plan.job.spec.sinks["_ledger"]
-    return read_table(spark, TableRef(plan.ledger_sink, sink.format))
+    ledger = read_table(spark, TableRef(plan.ledger_sink, sink.format), LEDGER_SCHEMA)
+    return ledger.select(*[F.col(f.name).cast(f.dataType) for f in LEDGER_SCHEMA.fields])
+
+
+def _output_schema(op: OperatorSpec) -> T.StructType:
+    """The columns an aggregate's published output has (for reading an empty JSONL output)."""
+    assert op.aggregate is not None
+    fields = [T.StructField("key", T.StringType()), T.StructField("window_start", T.LongType()),
+              T.StructField("window_end", T.LongType())]
+    fields += [T.StructField(name, T.DoubleType()) for name in op.aggregate.aggregations]
+    fields += [T.StructField("ts", T.LongType())]
+    if op.aggregate.emit == "updates":
+        fields += [T.StructField("emit_seq", T.LongType()), T.StructField("task", T.IntegerType())]
+    return T.StructType(fields)
 
 
 def _text_key(df: DataFrame) -> DataFrame:
@@ -280,11 +299,7 @@ def _text_key(df: DataFrame) -> DataFrame:
 
 def _in_range(plan: Plan, df: DataFrame) -> DataFrame:
     """Windows whose start is in the verified range [start, end) (the run's range)."""
-    if plan.start is not None:
-        df = df.where(F.col("window_start") >= F.lit(plan.start))
-    if plan.end is not None:
-        df = df.where(F.col("window_start") < F.lit(plan.end))
-    return df
+    return df.where(in_range("window_start", plan.start, plan.end))
 
 
 def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:

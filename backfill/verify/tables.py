@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
 
@@ -53,14 +54,20 @@ def detect_format(path: str) -> str:
     return "parquet"
 
 
-def read_table(spark: SparkSession, ref: TableRef) -> DataFrame:
-    """The output as a DataFrame (Delta through the project's Delta module, so delta-rs or delta-spark)."""
+def read_table(spark: SparkSession, ref: TableRef, fallback: T.StructType | None = None) -> DataFrame:
+    """The output as a DataFrame (Delta through the project's Delta module).
+
+    An empty JSONL output has no columns to infer: it reads as an empty frame with `fallback`'s columns.
+    """
     if ref.format == "delta":
         from backfill.io.delta import read_delta
 
         return read_delta(spark, ref.path, version=ref.version)
     if ref.format == "jsonl":
-        return spark.read.json(ref.path)
+        df = spark.read.json(ref.path)
+        if not df.columns or df.columns == ["_corrupt_record"]:
+            return spark.createDataFrame([], fallback or T.StructType([]))
+        return df
     return spark.read.parquet(ref.path)
 
 

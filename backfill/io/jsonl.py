@@ -1,0 +1,103 @@
+"""JSONL sources (io): one JSON object per line, every field type-checked, nothing coerced silently.
+
+A line that is not a JSON object, or a field of the wrong JSON type (a timestamp that is a string, a key
+that is a number where `key.format: string`), makes the record unreadable with the exact cause; the
+source's `on_error` policy then fails the run (naming file and line) or sends it to the ledger.
+The same rules, in plain Python, are in `backfill/reference/records.py`.
+"""
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from backfill.jobspec.models import SourceSpec
+
+# the JSON type each record field must have (key and value depend on their declared format)
+INTEGER_FIELDS = ("partition", "offset", "timestamp", "seq")
+KEY_TYPES = {"string": "string", "bytes": "string", "long": "integer", "json": "any"}
+EXPECTED = {"topic": "a JSON string", "partition": "a JSON integer", "offset": "a JSON integer",
+            "timestamp": "epoch milliseconds (a JSON integer)", "seq": "a JSON integer",
+            "headers": "a JSON object of strings"}
+
+
+def read_jsonl(spark: SparkSession, location: str, spec: SourceSpec) -> DataFrame:
+    """Typed record columns, `_problem` (why unreadable) and, for an unreadable line, `_where` (file, text)."""
+    lines = (spark.read.text(location).select(F.col("value").alias("_line"), F.col("_metadata.file_path").alias("_file"))
+             .where(F.trim("_line") != ""))
+    df = lines.withColumn("_v", F.expr("try_parse_json(_line)"))
+    fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
+                                                   "headers")}
+    if spec.order_by:
+        fields["seq"] = spec.columns.get("seq", spec.order_by)
+    types = {c: json_type(_field(name)) for c, name in fields.items()}
+    df = df.select("*", *[t.alias(f"_t_{c}") for c, t in types.items()])
+    problems = [F.when(F.col("_v").isNull() | ~F.expr("schema_of_variant(_v)").startswith("OBJECT"),
+                       F.lit("unreadable record: the line is not a JSON object"))]
+    problems += [_check(c, name, f"_t_{c}", spec) for c, name in fields.items()]
+    problem = F.coalesce(*problems)
+    out = [_value_of(c, fields[c], f"_t_{c}", spec).alias(c) for c in fields]
+    file = F.regexp_replace(F.url_decode(F.col("_file")), "^file:(//)?", "")
+    where = F.when(problem.isNotNull(), F.struct(file.alias("file"), F.col("_line").alias("text")))
+    return df.select(*out, problem.alias("_problem"), where.alias("_where"))
+
+
+def json_type(variant: Column) -> Column:
+    """The JSON type name of a variant: missing, null, string, integer, number, boolean, object, array."""
+    t = F.schema_of_variant(variant)
+    return (F.when(variant.isNull(), F.lit("missing")).when(t == "VOID", F.lit("null"))
+            .when(t == "STRING", F.lit("string")).when(t.isin("BIGINT", "INT", "SMALLINT", "TINYINT"), F.lit("integer"))
+            .when(t == "BOOLEAN", F.lit("boolean")).when(t.startswith("OBJECT"), F.lit("object"))
+            .when(t.startswith("ARRAY"), F.lit("array")).otherwise(F.lit("number")))
+
+
+def _field(name: str) -> Column:
+    """The JSON field `name` of the line, as a variant (null when the line has no such field)."""
+    return F.variant_get(F.col("_v"), f"$['{name}']", "variant")
+
+
+def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
+    """Why this field makes the record unreadable (null when it is fine; missing and null are fine)."""
+    t = F.col(type_col)
+    present = ~t.isin("missing", "null")
+    if column == "key":
+        want = KEY_TYPES[spec.key.format]
+        if want == "any":
+            return F.lit(None).cast("string")
+        hint = {"string": "declare key.format: long or json", "bytes": "declare key.format: long or json",
+                "long": "declare key.format: string or json"}[spec.key.format]
+        return F.when(present & (t != want), F.concat(
+            F.lit("unreadable key: the key is a JSON "), t, F.lit(f"; key.format: {spec.key.format} wants a JSON "
+                                                                  f"{want} ({hint})")))
+    if column == "value":
+        allowed = ("string", "object") if spec.value.format == "json" else ("string",)
+        shown = "a JSON object or a string holding one" if spec.value.format == "json" else "a JSON string"
+        hint = "" if spec.value.format == "json" else " (declare value.format: json for JSON values)"
+        return F.when(present & ~t.isin(*allowed), F.concat(
+            F.lit("unreadable value: the value is a JSON "), t, F.lit(f"; value.format: {spec.value.format} wants "
+                                                                      f"{shown}{hint}")))
+    want = "integer" if column in INTEGER_FIELDS else "object" if column == "headers" else "string"
+    bad = present & (t != want)
+    if column == "partition":  # a partition number is a Java int
+        bad = bad | (present & (t == want) & F.try_variant_get(_field(name), "$", "int").isNull())
+    return F.when(bad, F.concat(F.lit(f"unreadable record: {column} is a JSON "), t,
+                                F.lit(f", not {EXPECTED[column]}")))
+
+
+def _value_of(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
+    """The field as the record column's type, null when missing, null or of the wrong type."""
+    v, t = _field(name), F.col(type_col)
+    if column == "key":
+        if spec.key.format == "json":  # a string holds the key's JSON text; any other token is that text
+            return F.when(t == "string", F.variant_get(v, "$", "string")).when(~t.isin("missing", "null"), F.to_json(v))
+        if spec.key.format == "long":
+            return F.when(t == "integer", F.try_variant_get(v, "$", "bigint"))
+        return F.when(t == "string", F.variant_get(v, "$", "string"))
+    if column == "value":
+        text = F.when(t == "string", F.variant_get(v, "$", "string"))
+        return F.when(t == "object", F.to_json(v)).otherwise(text) if spec.value.format == "json" else text
+    if column == "headers":
+        return F.when(t == "object", F.try_variant_get(v, "$", "map<string,string>"))
+    if column == "topic":
+        return F.when(t == "string", F.variant_get(v, "$", "string"))
+    kind = "int" if column == "partition" else "bigint"
+    return F.when(t == "integer", F.try_variant_get(v, "$", kind))

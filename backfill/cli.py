@@ -1,4 +1,4 @@
-"""The `backfill` command: plan, run, inspect, verify, diff, demo.
+"""The `backfill` command: plan, run, inspect, verify, diff, demo, archive.
 
 Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
 """
@@ -123,10 +123,12 @@ def execute(job: Path, start: int | None, end: int | None, profile: str | None, 
         return run_reference(the_plan).to_dict()
     if engine != "spark":
         raise SpecError(f"--engine {engine!r} is not an engine; use spark or reference")
+    from backfill.io.lock import holding
     from backfill.plan.evaluator import run_plan
     from backfill.session import get_spark
 
-    with err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
+    with holding(the_plan.written_paths, the_plan.job.spec.name), \
+            err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
         spark = get_spark(profile)
 
         def progress(stage: str) -> None:
@@ -179,12 +181,46 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
 
 
 @app.command()
-def demo(profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+def demo(profile: ProfileOpt = None, as_json: JsonOpt = False, kafka: Annotated[bool, typer.Option(
+        "--kafka", help="Through a local Kafka broker: produce the clicks to a topic, archive it, run the job "
+                        "from the topic and from the archive, and check both give identical outputs.")] = False
+         ) -> None:
     """Generate the bundled click sample (2 partitions, a few percent late records) and run jobs/demo.yaml."""
-    from backfill.demo import run_demo
-
     with handled():
+        if kafka:
+            from backfill.demo import run_kafka_demo
+
+            if not run_kafka_demo(out, err, profile=profile, as_json=as_json):
+                raise typer.Exit(1)
+            return
+        from backfill.demo import run_demo
+
         run_demo(out, err, profile=profile, as_json=as_json)
+
+
+@app.command()
+def archive(bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers, host:port.")],
+            topic: Annotated[str, typer.Option("--topic", help="The topic to archive.")],
+            to: Annotated[Path, typer.Option("--to", help="The Kafka-archive Delta table (created if missing).")],
+            profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+    """Copy a topic's new records into a Kafka-archive Delta table (only offsets not archived yet)."""
+    from backfill.io.archive import archive_topic
+    from backfill.io.lock import holding
+
+    with handled(), holding([str(to.resolve())], f"archive {topic}"):
+        from backfill.session import get_spark
+
+        def progress(line: str) -> None:  # one line per partition: what is archived now
+            if not as_json:
+                err.print(line, highlight=False)
+
+        result = archive_topic(get_spark(profile), bootstrap, topic, str(to.resolve()), progress)
+        if as_json:
+            print(json.dumps(result, indent=2))
+        else:
+            version = f", table version {result['version']}" if result["version"] is not None else ""
+            out.print(f"archived {result['records']:,} new records of {topic} into {result['path']}{version}",
+                      highlight=False)
 
 
 AgainstOpt = Annotated[Optional[list[str]], typer.Option(
@@ -284,8 +320,28 @@ def _finish(outcome: Any, as_json: bool) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: exits as soon as the command is done.
+
+    With a Spark session, the interpreter's normal exit waits seconds for the JVM's shutdown; everything
+    is already written and committed then, and the JVM ends by itself once its parent is gone (it
+    watches its stdin), so leave at once.
+    """
+    try:
+        app()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "pyspark" in sys.modules and _spark_running():
+        os._exit(code)
+    sys.exit(code)
+
+
+def _spark_running() -> bool:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import os
+import re
 import string
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,11 @@ import yaml
 from backfill.errors import SpecError
 
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
+# jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
+JARS_DIR = Path(os.environ.get("BACKFILL_JARS", Path(__file__).resolve().parent.parent / "jvm" / "lib" / "spark"))
 DEFAULT_PROFILE = "local"
+DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+              "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
 
 
 def profile_name(explicit: str | None = None) -> str:
@@ -57,12 +65,63 @@ def get_spark(profile: str | None = None) -> Any:
         builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     if conf["master"]:
         builder = builder.master(conf["master"])
-    for key, value in (conf.get("config") or {}).items():
-        builder = builder.config(key, str(value))
-    spark = builder.getOrCreate()
+    settings = {**DELTA_CONF, **{k: str(v) for k, v in (conf.get("config") or {}).items()}}
+    if "spark.jars.packages" not in settings:  # a cluster profile may name Maven coordinates instead
+        settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *project_jars()]))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    with _jvm_stderr(jvm_log()):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     quiet_python_logs()
     return spark
+
+
+def jvm_log() -> Path | None:
+    """Where the JVM's own stderr goes (start-up notices, log4j errors); None with BACKFILL_DEBUG (the terminal)."""
+    if os.environ.get("BACKFILL_DEBUG"):
+        return None
+    folder = Path(tempfile.gettempdir()) / f"backfill-{os.getuid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "spark.log"
+
+
+@contextmanager
+def _jvm_stderr(log: Path | None) -> Iterator[None]:
+    """Start the JVM with its stderr on `log`: it inherits fd 2 at launch and keeps it for its lifetime.
+
+    The JVM prints start-up notices a user cannot act on (an incubator-module warning, Spark's default
+    log level); the CLI reports failures itself, in one line.
+    """
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
+
+
+def project_jars() -> list[str]:
+    """The jars of jvm/lib/spark that pyspark does not ship itself (same artifact name: pyspark's wins)."""
+    import pyspark
+
+    if not JARS_DIR.is_dir() or not any(JARS_DIR.glob("*.jar")):
+        raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
+                        "scripts/setup.sh once (it resolves them with Maven)")
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped]
+
+
+def _artifact(jar: str) -> str:
+    """`delta-spark_4.1_2.13-4.3.1.jar` -> `delta-spark_4.1_2.13` (the name without its version)."""
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", jar)
 
 
 def quiet_python_logs() -> None:

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Set up (or refresh) the project's virtual environment in .venv. Idempotent; used by the README and CI.
+# Set up (or refresh) the project: the virtual environment in .venv and the pinned JVM jars in jvm/lib.
+# Idempotent; used by the README and CI. After one run with network access, runs and tests work offline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
   echo "backfill needs Java 17 or newer for Spark 4 (found: $(java -version 2>&1 | head -1 || echo none))." >&2
-  echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2
+  echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jdk-headless" >&2
+  exit 2
+fi
+if ! command -v mvn >/dev/null 2>&1; then
+  echo "backfill resolves its pinned jars (Delta, Spark's Kafka source, the Kafka broker) with Maven;" >&2
+  echo "install it, e.g. on Debian/Ubuntu: sudo apt-get install -y maven" >&2
   exit 2
 fi
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
@@ -14,3 +20,9 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+# --- JVM: jars resolved once into jvm/lib (offline when the local Maven repository has them) ---------------
+if ! mvn -q -o -f jvm/pom.xml package >/dev/null 2>&1; then
+  mvn -q -f jvm/pom.xml package || { echo "setup: Maven could not resolve the pinned jars (jvm/pom.xml);" \
+    "check the network or the Maven settings" >&2; exit 2; }
+fi

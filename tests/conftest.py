@@ -70,3 +70,13 @@ def examples(prefix: str = "") -> dict[str, dict[str, Any]]:
     """The Kafka Streams test vectors of ../shared/semantics, by id."""
     cases = json.loads((SHARED / "semantics" / "kafka-streams-examples.json").read_text())
     return {c["id"]: c for c in cases if c["id"].startswith(prefix)}
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """A real Apache Kafka broker (KRaft, one node, 127.0.0.1), started once per test session."""
+    from backfill.io.broker import start_broker
+
+    broker = start_broker()
+    yield broker
+    broker.stop()

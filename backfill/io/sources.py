@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.errors import NotImplementedYet, SourceError
+from backfill.errors import SourceError
 from backfill.io.schemas import load_value_schema
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import SourceSpec
@@ -21,13 +21,9 @@ HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
 KEY_TYPES: dict[str, T.DataType] = {"string": T.StringType(), "json": T.StringType(),
                                     "long": T.LongType(), "bytes": T.BinaryType()}
-JSONL_SCHEMA = T.StructType([
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("offset", T.LongType()), T.StructField("key", T.StringType()),
-    T.StructField("value", T.StringType()), T.StructField("timestamp", T.LongType()),
-    T.StructField("headers", T.MapType(T.StringType(), T.StringType())), T.StructField("seq", T.LongType()),
-])
 CORRUPT = "_corrupt_record"
+# where an unreadable record came from, when the source is a file of lines (JSONL): the file and the line
+WHERE_TYPE = T.StructType([T.StructField("file", T.StringType()), T.StructField("text", T.StringType())])
 
 
 @dataclass(frozen=True)
@@ -38,39 +34,53 @@ class SourceRead:
     records: DataFrame
     location: str
     version: int | None = None
+    offsets: dict[int, tuple[int, int]] | None = None  # Kafka: [start, end) per partition, as read
+    partitions: int | None = None  # Kafka: the topic's partition count
+
+    def manifest(self, fmt: str) -> dict[str, object]:
+        """What the run manifest records about this input (enough to read the same records again)."""
+        out: dict[str, object] = {"format": fmt, "location": self.location, "version": self.version}
+        if self.offsets is not None:
+            out["offsets"] = {str(p): list(r) for p, r in sorted(self.offsets.items())}
+            out["partitions"] = self.partitions
+        return out
 
 
-def read_source(spark: SparkSession, job: Job, name: str, rank: int) -> SourceRead:
-    """Read one source of the job as canonical records."""
+def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: int | None = None,
+                read_until: int | None = None) -> SourceRead:
+    """Read one source of the job as canonical records (`read_from/until`: the plan's event-time bounds)."""
     spec = job.spec.sources[name]
     if spec.format == "kafka":
-        raise NotImplementedYet(f"{job.path}: sources.{name}.format: kafka is not implemented yet "
-                                "(it comes with the Kafka source issue); archive the topic to Delta or JSONL")
+        from backfill.io.kafka import read_topic
+
+        assert spec.kafka is not None
+        raw, ranges = read_topic(spark, spec, name, read_from, read_until)
+        records = _canonical(raw, spec, name, rank, job)
+        return SourceRead(name=name, records=records, location=f"kafka {spec.kafka.bootstrap}/{spec.kafka.topic}",
+                          offsets={r.partition: (r.start, r.end) for r in ranges}, partitions=len(ranges))
     location = job.resolve(spec.path or "")
     if not os.path.exists(location):
         raise SourceError(f"sources.{name}.path: {location} does not exist; paths are relative to {job.path.name}")
     raw, version = _read_raw(spark, spec, location)
-    raw = _map_columns(raw, spec, name, location)
+    if spec.format != "jsonl":  # a JSONL reader maps the fields itself (they are JSON fields, not columns)
+        raw = _map_columns(raw, spec, name, location)
+        _check_key_column(raw, spec, name, location)
     records = _canonical(raw, spec, name, rank, job)
     return SourceRead(name=name, records=records, location=location, version=version)
 
 
 def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[DataFrame, int | None]:
     if spec.format == "jsonl":
-        lines = spark.read.text(location).withColumnRenamed("value", "_line")
-        parsed = F.from_json("_line", _with_corrupt(JSONL_SCHEMA),
-                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-        df = lines.where(F.trim("_line") != "").select(parsed.alias("r"), "_line")
-        names = [f.name for f in JSONL_SCHEMA.fields]
-        return df.select(*[F.col(f"r.{c}").alias(c) for c in names],
-                         F.when(F.col(f"r.{CORRUPT}").isNotNull() | F.col("r").isNull(), F.col("_line")).alias(CORRUPT)
-                         ), None
+        from backfill.io.jsonl import read_jsonl
+
+        return read_jsonl(spark, location, spec), None
     if spec.format == "parquet":
         return spark.read.parquet(location), None
     from backfill.io.delta import read_delta, table_version
 
     version = spec.version if spec.version is not None else table_version(location)
-    return read_delta(spark, location, version=spec.version), version
+    df = read_delta(spark, location, version=spec.version, timestamp=spec.as_of)
+    return df, None if spec.as_of else version
 
 
 def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> DataFrame:
@@ -90,11 +100,10 @@ def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> D
 
 
 def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) -> DataFrame:
-    problem = F.lit(None).cast("string")
-    if CORRUPT in df.columns:
-        problem = F.when(F.col(CORRUPT).isNotNull(), F.lit("unreadable record: not a JSON record"))
+    problem = F.col("_problem") if "_problem" in df.columns else F.lit(None).cast("string")
     problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
                                          F.lit("unreadable record: no partition or offset")))
+    where = F.col("_where") if "_where" in df.columns else F.lit(None).cast(WHERE_TYPE)
     key, key_problem = _key(df, spec)
     df, value, value_problem = _value(df, spec, job)
     seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
@@ -105,11 +114,27 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) 
         key.alias("key"), value.alias("value"), _millis(df.schema["timestamp"].dataType, "timestamp").alias("timestamp"),
         _headers(df).alias("headers"),
         (F.col(seq_col).cast("long") if spec.order_by else F.lit(None).cast("long")).alias("seq"),
-        F.coalesce(problem, key_problem, value_problem).alias("_problem"),
+        F.coalesce(problem, key_problem, value_problem).alias("_problem"), where.alias("_where"),
     )
     topic = F.coalesce(F.col("_topic"), F.lit(spec.topic or name))
     return out.withColumn("topic", topic).drop("_topic").select(
-        "source", "source_rank", "topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq", "_problem")
+        "source", "source_rank", "topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq", "_problem",
+        "_where")
+
+
+def _check_key_column(df: DataFrame, spec: SourceSpec, name: str, location: str) -> None:
+    """A table's key column must fit the declared key format: nothing is turned into text silently."""
+    if "key" not in df.columns:
+        return
+    dtype = df.schema["key"].dataType
+    text = isinstance(dtype, (T.StringType, T.BinaryType))
+    integral = isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
+    fits = {"string": text, "bytes": text, "json": text, "long": text or integral}[spec.key.format]
+    if not fits:
+        shown = dtype.simpleString()
+        hint = "key: {format: long}" if integral else "a string or binary key column (e.g. its JSON text)"
+        raise SourceError(f"sources.{name}.key.format: {location} has a {shown} key column, which key.format: "
+                          f"{spec.key.format} does not read; declare {hint} (docs/job-spec.md#sources)")
 
 
 def _millis(dtype: T.DataType, col: str) -> Column:
@@ -126,8 +151,14 @@ def _key(df: DataFrame, spec: SourceSpec) -> tuple[Column, Column]:
     dtype = df.schema["key"].dataType
     if isinstance(dtype, T.BinaryType) and spec.key.format != "bytes":
         raw = raw.cast("string")
+    if spec.key.format == "long" and isinstance(dtype, T.BinaryType):
+        # Kafka's LongSerializer: 8 bytes, big-endian, two's complement
+        key = F.col("key")
+        parsed = F.when(F.length(key) == 8, F.conv(F.hex(key), 16, -10).cast("long"))
+        return parsed, F.when(key.isNotNull() & parsed.isNull(), F.concat(
+            F.lit("unreadable key: "), F.length(key).cast("string"), F.lit(" bytes, not an 8-byte long")))
     if spec.key.format == "long":
-        parsed = F.expr("try_cast(key AS bigint)") if not isinstance(dtype, T.BinaryType) else raw.try_cast("long")
+        parsed = F.expr("try_cast(key AS bigint)")
         return parsed, F.when(raw.isNotNull() & parsed.isNull(), F.lit("unreadable key: not a long"))
     return raw.cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
 

@@ -1,0 +1,81 @@
+"""`backfill archive` (io): copy a Kafka topic into a Kafka-archive Delta table, incrementally.
+
+The table has the columns of a Kafka record (topic, partition, offset, key, value as bytes, timestamp in
+epoch ms, timestamp_type, headers). Each run appends, in one Delta commit, the offsets after the highest
+one already archived per partition, up to the end offsets read at its start: running it again archives
+only what is new, and a run killed before its commit leaves the table as it was (run it again).
+Backfills that read the archive stay reproducible after Kafka's retention has deleted the records.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from backfill.errors import SourceError
+from backfill.io.delta import append_delta, is_delta_table, read_delta
+from backfill.io.kafka import OffsetRange, TIMEOUT_S, client_config, partitions, read_kafka
+from backfill.jobspec.models import KafkaSpec
+
+COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestamp_type", "headers")
+
+
+def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
+                  progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Append the topic's new records to the archive at `path`; returns what was archived per partition."""
+    spec = KafkaSpec(bootstrap=bootstrap, topic=topic)
+    where = "--topic"
+    parts = partitions(bootstrap, topic, where)
+    done = _archived(spark, path, topic)
+    ranges, gaps = _ranges(spec, parts, done)
+    for r in ranges:
+        gap = f"; offsets {gaps[r.partition][0]}..{gaps[r.partition][1] - 1} were deleted by retention before they " \
+              "were archived" if r.partition in gaps else ""
+        progress(f"partition {r.partition}: offsets {r.start}..{r.end - 1} ({r.records:,} new records){gap}"
+                 if r.records else f"partition {r.partition}: up to date at offset {r.end}{gap}")
+    total = sum(r.records for r in ranges)
+    version = None
+    if total:
+        records = read_kafka(spark, spec, [r for r in ranges if r.records]).select(
+            "topic", "partition", "offset", "key", "value", F.unix_millis("timestamp").alias("timestamp"),
+            "timestamp_type", "headers")
+        version = append_delta(spark, records, path, metadata={"backfill.archive": topic})
+    return {"topic": topic, "path": path, "records": total, "version": version,
+            "partitions": {str(r.partition): {"from": r.start, "to": r.end, "records": r.records} for r in ranges},
+            "gaps": {str(p): list(g) for p, g in gaps.items()}}
+
+
+def _archived(spark: SparkSession, path: str, topic: str) -> dict[int, int]:
+    """The highest archived offset per partition of `topic` (nothing when there is no table yet)."""
+    if not is_delta_table(path):
+        return {}
+    table = read_delta(spark, path)
+    missing = [c for c in ("topic", "partition", "offset") if c not in table.columns]
+    if missing:
+        raise SourceError(f"--to {path}: a Delta table that is not a Kafka archive (no {missing[0]} column); "
+                          "archive into a new path")
+    rows = table.where(F.col("topic") == topic).groupBy("partition").agg(F.max("offset").alias("o")).collect()
+    return {r["partition"]: r["o"] for r in rows}
+
+
+def _ranges(spec: KafkaSpec, parts: list[int], done: dict[int, int]
+            ) -> tuple[list[OffsetRange], dict[int, tuple[int, int]]]:
+    """Per partition, the offsets after the archived ones up to the end; and the gaps retention made."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(client_config(spec.bootstrap))
+    try:
+        marks = {p: consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=TIMEOUT_S) for p in parts}
+    finally:
+        consumer.close()
+    ranges, gaps = [], {}
+    for p in parts:
+        low, high = marks[p]
+        start = done.get(p, -1) + 1
+        if start < low:  # deleted before an archive run saw them: say so, archive what is left
+            gaps[p] = (start, low)
+            start = low
+        ranges.append(OffsetRange(p, start, max(high, start), low, high))
+    return ranges, gaps

@@ -59,7 +59,7 @@ def handled() -> Iterator[None]:
     try:
         yield
     except BackfillError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {one_line(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except typer.Exit:
         raise
@@ -67,8 +67,18 @@ def handled() -> Iterator[None]:
         message = _spark_message(exc)
         if os.environ.get("BACKFILL_DEBUG"):
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {one_line(message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what str.splitlines() splits on
+
+
+def one_line(message: str) -> str:
+    """The message as one line (a value carrying a line break shows it escaped), safe from Rich markup."""
+    from rich.markup import escape
+
+    return escape("".join(repr(c)[1:-1] if c in _BREAKS else c for c in message.strip()))
 
 
 def _spark_message(exc: Exception) -> str:

@@ -97,27 +97,62 @@ def replace_range(spark: SparkSession, df: DataFrame, path: str, *, column: str,
     `audit` receives the staged rows (exactly what the commit adds) and may raise to stop the publish;
     `before_commit` runs right before the commit (raising leaves the table untouched).
     """
-    _check_column(df, path, column)
     staging = f"{path.rstrip('/')}{STAGING}{uuid.uuid4().hex[:8]}"
     try:
-        df.write.mode("error").parquet(staging)
-        staged = spark.read.schema(df.schema).parquet(staging)
-        outside = staged.where(~in_range(column, start, end)).select(column).limit(3).collect()
-        if outside:
-            shown = ", ".join(str(r[0]) for r in outside)
-            raise PublishError(f"{path}: the run produced rows with {column} outside [{start}, {end}) ({shown}); "
-                               "nothing was published (this is a bug in the run: please report it)")
-        rows = staged.count()
-        if audit is not None:
-            audit(staged)
-        if is_delta_table(path):
-            _check_schema(spark, path, df.schema)
+        stage_rows(spark, df, path, staging, column=column, start=start, end=end, audit=audit)
         if before_commit is not None:
             before_commit()
-        _commit(staged, path, _range_sql(column, start, end), metadata)
+        return commit_rows(spark, staging, path, column=column, start=start, end=end, metadata=metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return _result(spark, path, rows)
+
+
+def stage_rows(spark: SparkSession, df: DataFrame, path: str, staging: str, *, column: str, start: int | None,
+               end: int | None, audit: Callable[[DataFrame], None] | None = None) -> int:
+    """Write the run's rows as parquet at `staging`, check them and audit them; returns the row count."""
+    _check_column(df, path, column)
+    df.write.mode("error").parquet(staging)
+    staged = spark.read.schema(df.schema).parquet(staging)
+    outside = staged.where(~in_range(column, start, end)).select(column).limit(3).collect()
+    if outside:
+        shown = ", ".join(str(r[0]) for r in outside)
+        raise PublishError(f"{path}: the run produced rows with {column} outside [{start}, {end}) ({shown}); "
+                           "nothing was published (this is a bug in the run: please report it)")
+    if audit is not None:
+        audit(staged)
+    if is_delta_table(path):
+        _check_schema(spark, path, df.schema)
+    return staged.count()
+
+
+def commit_rows(spark: SparkSession, staging: str, path: str, *, column: str, start: int | None, end: int | None,
+                metadata: dict[str, str] | None = None) -> PublishResult:
+    """The one commit replacing the range by the staged rows; a second call for the same run is a no-op.
+
+    Idempotent by the commit's metadata: when the table already has a commit of this run and output (a
+    publish killed after its commit and rolled forward), that commit is the result.
+    """
+    done = _committed(spark, path, metadata)
+    if done is not None:
+        return done
+    staged = spark.read.parquet(staging)
+    _commit(staged, path, _range_sql(column, start, end), metadata)
+    return _result(spark, path, staged.count())
+
+
+def _committed(spark: SparkSession, path: str, metadata: dict[str, str] | None) -> PublishResult | None:
+    """The commit of this run and output, when the table has one among its newest commits."""
+    if not metadata or "backfill.run_id" not in metadata or not is_delta_table(path):
+        return None
+    for row in history(spark, path, 50):
+        try:
+            found = json.loads(row.get("userMetadata") or "{}")
+        except ValueError:
+            continue
+        if all(found.get(k) == metadata.get(k) for k in ("backfill.run_id", "backfill.output")):
+            return PublishResult(int(row["version"]), int((row.get("operationMetrics") or {}).get("numOutputRows") or 0),
+                                 0, 0)
+    return None
 
 
 def _commit(staged: DataFrame, path: str, condition: str | None, metadata: dict[str, str] | None) -> None:

@@ -22,6 +22,20 @@ def code_version() -> str:
     return f"{__version__}+{sha}" if sha else __version__
 
 
+def has_run(spark: SparkSession, location: str, run_id: str) -> bool:
+    """True when the runs table already has the manifest of `run_id`."""
+    if location.endswith(".jsonl"):
+        if not Path(location).is_file():
+            return False
+        with open(location) as fh:
+            return any(json.loads(line).get("run_id") == run_id for line in fh if line.strip())
+    from backfill.io.delta import is_delta_table, read_delta
+
+    if not is_delta_table(location):
+        return False
+    return read_delta(spark, location).where(f"run_id = '{run_id}'").limit(1).count() > 0
+
+
 def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_file: str) -> None:
     """Append the run manifest to the runs Delta table at `location` (or a .jsonl file)."""
     from backfill.io.delta import append_delta

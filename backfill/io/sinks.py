@@ -16,6 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,45 +29,92 @@ STAGING = ".staging-"
 RETIRED = ".retired-"
 
 
+@dataclass(frozen=True)
+class Staged:
+    """One sink's output, written and audited, waiting for its commit (JSON-able: a publish journal holds it)."""
+
+    name: str
+    format: str
+    path: str
+    folder: str
+    column: str
+    start: int | None
+    end: int | None
+    rows: int
+    kept: int
+    metadata: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """For the publish journal."""
+        return asdict(self)
+
+
 def write_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, column: str,
                  start: int | None, end: int | None, metadata: dict[str, str],
                  before_commit: Callable[[], None] | None = None,
                  audit: Callable[[DataFrame], None] | None = None) -> dict[str, Any]:
-    """Publish `df` to a sink, replacing the rows with `column` in [start, end) (all rows when unbounded).
+    """Stage, audit and commit one sink (replacing the rows with `column` in [start, end))."""
+    staged = stage_output(spark, df, fmt, path, name=path, column=column, start=start, end=end, metadata=metadata,
+                          audit=audit)
+    if before_commit is not None:
+        before_commit()
+    return commit_staged(spark, staged)
 
-    `audit` gets the run's staged rows before the commit (or the swap) and may raise to stop the publish.
+
+def stage_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, name: str, column: str,
+                 start: int | None, end: int | None, metadata: dict[str, str],
+                 audit: Callable[[DataFrame], None] | None = None) -> Staged:
+    """Write the sink's new content next to it and audit the run's rows; nothing visible changes yet.
+
+    Delta: the run's rows (the commit replaces the range with them). Parquet/JSONL: the whole new content,
+    the run's rows plus the existing rows outside the range. `audit` may raise to stop the publish.
     """
-    recover(path)
-    if fmt == "delta":
-        from backfill.io.delta import replace_range
-
-        result = replace_range(spark, df, path, column=column, start=start, end=end, metadata=metadata,
-                               before_commit=before_commit, audit=audit)
-        return {"format": fmt, "path": path, "rows": result.rows_written, "version": result.version,
-                "files_added": result.files_added, "files_removed": result.files_removed}
-    single = fmt == "jsonl" and path.endswith(".jsonl")
     staging = f"{path.rstrip('/')}{STAGING}{uuid.uuid4().hex[:8]}"
     try:
+        if fmt == "delta":
+            from backfill.io.delta import stage_rows
+
+            rows = stage_rows(spark, df, path, staging, column=column, start=start, end=end, audit=audit)
+            return Staged(name, fmt, path, staging, column, start, end, rows, 0, metadata)
+        single = fmt == "jsonl" and path.endswith(".jsonl")
         new = f"{staging}/new"
         _write(df.coalesce(1) if single else df, fmt, new)
         rows = _count_rows(new, fmt)
         if audit is not None:
             audit(_read(spark, new, fmt, df))
-        kept = 0
-        final = new
+        kept, final = 0, new
         if (start is not None or end is not None) and os.path.exists(path):
-            old = _read_existing(spark, path, fmt, df)
-            outside = old.where(~in_range(column, start, end))
+            outside = _read_existing(spark, path, fmt, df).where(~in_range(column, start, end))
             final = f"{staging}/final"
             merged = _read(spark, new, fmt, df).unionByName(outside)
             _write(merged.coalesce(1) if single else merged, fmt, final)
             kept = _count_rows(final, fmt) - rows
-        if before_commit is not None:
-            before_commit()
-        _swap(final, path, single_file=single)
-    finally:
+        return Staged(name, fmt, path, final, column, start, end, rows, kept, metadata)
+    except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"format": fmt, "path": path, "rows": rows, "rows_kept": kept}
+        raise
+
+
+def commit_staged(spark: SparkSession, staged: Staged) -> dict[str, Any]:
+    """Make a staged sink visible (one Delta commit, or one atomic swap); safe to call again after a kill."""
+    out: dict[str, Any] = {"format": staged.format, "path": staged.path, "rows": staged.rows}
+    if staged.format == "delta":
+        from backfill.io.delta import commit_rows
+
+        result = commit_rows(spark, staged.folder, staged.path, column=staged.column, start=staged.start,
+                             end=staged.end, metadata=staged.metadata)
+        out.update(version=result.version, files_added=result.files_added, files_removed=result.files_removed)
+    elif os.path.exists(staged.folder):  # gone: the swap already happened (a journal being rolled forward)
+        _swap(staged.folder, staged.path, single_file=staged.format == "jsonl" and staged.path.endswith(".jsonl"))
+        out["rows_kept"] = staged.kept
+    shutil.rmtree(_staging_root(staged.folder), ignore_errors=True)
+    return out
+
+
+def _staging_root(folder: str) -> str:
+    """The `<sink>.staging-<id>` folder a staged folder lives in."""
+    head, tail = os.path.split(folder.rstrip("/"))
+    return folder if STAGING in tail else head
 
 
 def recover(path: str) -> list[str]:

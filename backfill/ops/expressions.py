@@ -74,7 +74,7 @@ def compile_aggregations(aggs: dict[str, Aggregation], where: str) -> list[Compi
 def _parse(sql: str, path: str) -> str:
     try:
         sqlglot.parse_one(sql, read=SparkSQL)
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:
         first = str(exc).splitlines()[0]
         raise SpecError(f"{path}: {sql!r} is not a Spark SQL expression ({first})") from None
     return sql
@@ -84,7 +84,7 @@ def record_scope(step: str, path: str) -> str:
     """Rewrite a fold step so record columns read from the lambda variable `__r` (acc stays acc)."""
     try:
         tree = sqlglot.parse_one(step, read=SparkSQL)
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:
         raise SpecError(f"{path}: {step!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
 
     def scoped(node: exp.Expression) -> exp.Expression:
@@ -105,7 +105,7 @@ def joiner_sql(sql: str, where: str) -> str:
     """Check that the joiner only reads key, left.* and right.* (the two records, null when unmatched)."""
     try:
         tree = sqlglot.parse_one(sql, read="spark")
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:
         raise SpecError(f"{where}: {sql!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
     lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
     for col in tree.find_all(exp.Column):

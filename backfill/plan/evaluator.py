@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -17,8 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill import __version__
-from backfill.errors import BackfillError, NotImplementedYet, PublishError, SourceError, SpecError
-from backfill.io.sinks import write_output
+from backfill.errors import NotImplementedYet, PublishError, SourceError, SpecError
+from backfill.io.publish import complete_pending, publish
+from backfill.io.sinks import Staged, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.aggregate import AggregateResult, aggregate, final_columns, late_windows, reaches
@@ -103,6 +102,8 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     started = time.time()
     warm_up()  # GX is imported while Spark works, used by the publish checks
     summary = RunSummary(run_id=uuid.uuid4().hex[:12], job=plan.job.spec.name, start=plan.start, end=plan.end)
+    # what a killed run of this job left: its publish is completed, its staged files removed
+    summary.warnings += complete_pending(spark, plan.runs_sink, plan.written_paths)
     progress("reading sources")
     records = _read_all(plan, spark, summary)
     progress("ordering records per task")
@@ -115,16 +116,14 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
     ordered = ordered.select(*_kept_columns(plan, ordered.columns)).localCheckpoint(eager=False)
     try:
-        _run_operators(plan, spark, ordered, summary, progress)
+        _run_operators(plan, spark, ordered, summary, progress, started)
     finally:
         _release(ordered)
-    summary.duration_s = round(time.time() - started, 3)
-    _append_manifest(plan, spark, summary)
     return summary
 
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
-                   progress: Progress) -> None:
+                   progress: Progress, started: float) -> None:
     """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails)."""
     ops = plan.job.spec.operators
     progress("checking records")
@@ -140,8 +139,11 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     ledger = _ledger(plan, dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         late_rows = _check_ledger(plan, ledger, summary)
+        progress("staging outputs")
+        staged = _stage(plan, spark, results, ledger, late_rows, summary)
         progress("publishing")
-        _publish(plan, spark, results, ledger, late_rows, summary)
+        summary.duration_s = round(time.time() - started, 3)
+        summary.sinks = publish(spark, plan.runs_sink, str(plan.job.path), staged, summary.to_dict(), progress)
     finally:
         ledger.unpersist()
         dropped.unpersist()
@@ -270,8 +272,10 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                  F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
                  F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
-    # (an unreadable record's topic may be unknown: it does not count)
-    topic = F.when(F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True)), F.xxhash64("topic"))
+    # a record without a topic of its own (it got the source's default) and an unreadable one do not count
+    defaults = [F.lit(spec.topic or name) for name, spec in plan.job.spec.sources.items()]
+    named = ~F.col("topic").isin(*defaults) & F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True))
+    topic = F.when(named, F.xxhash64("topic"))
     cols += [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
     rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
     fatal = [r for r in rows if r["_fatal"] is not None]
@@ -469,12 +473,13 @@ def _balance_join(name: str, counts: OperatorCounts, ledger: dict[str, int]) -> 
     counts.contributing = counts.records_in - sum(counts.dropped.values())
 
 
-def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult | JoinResult], ledger: DataFrame,
-             late_rows: dict[str, int], summary: RunSummary) -> None:
-    hook = _fault_hook
+def _stage(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult | JoinResult], ledger: DataFrame,
+           late_rows: dict[str, int], summary: RunSummary) -> list[Staged]:
+    """Write and audit every sink's new content (io/publish.py commits them together); nothing visible changes."""
     # great-expectations suites on what is about to be committed (verify/expectations.py); failing blocks it
     checks = PublishChecks(spark, {op.name: op for op in plan.job.spec.operators}, summary.expectations)
     checks.conservation(_conservation_rows(late_rows, summary))
+    staged = []
     for op in plan.operators:
         result = results[op.name]
         column = "ts" if op.kind == "join" else "window_start"  # a join row's range is its timestamp
@@ -489,19 +494,18 @@ def _publish(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult
             audit = checks.for_output(op.name, agg.emit) if agg is not None else None
             if metrics is not None:
                 audit = _refuse_split(op.name, metrics, audit)
-            written = write_output(spark, output, sink.format, op.sink, column=column, start=plan.start,
-                                   end=plan.end, metadata=_commit_metadata(plan, summary, op.name),
-                                   before_commit=hook, audit=audit)
-            summary.operators[op.name].outputs = written["rows"]
-            summary.sinks[op.name] = written
+            staged.append(stage_output(spark, output, sink.format, op.sink, name=op.name, column=column,
+                                       start=plan.start, end=plan.end,
+                                       metadata=_commit_metadata(plan, summary, op.name), audit=audit))
+            summary.operators[op.name].outputs = staged[-1].rows
         if incomplete is not None:
             summary.operators[op.name].incomplete_windows = incomplete()
-    in_range = ledger.where(_in_range(plan, "range_time"))
     if plan.ledger_sink:
         sink = plan.job.spec.sinks["_ledger"]
-        summary.sinks["_ledger"] = write_output(
-            spark, in_range, sink.format, plan.ledger_sink, column="range_time", start=plan.start, end=plan.end,
-            metadata=_commit_metadata(plan, summary, "_ledger"), before_commit=hook)
+        staged.append(stage_output(spark, ledger.where(_in_range(plan, "range_time")), sink.format, plan.ledger_sink,
+                                   name="_ledger", column="range_time", start=plan.start, end=plan.end,
+                                   metadata=_commit_metadata(plan, summary, "_ledger")))
+    return staged
 
 
 def _output_and_incomplete(plan: Plan, result: AggregateResult | JoinResult, column: str
@@ -560,21 +564,3 @@ def _conservation_rows(late: dict[str, int], summary: RunSummary) -> list[dict[s
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:
     return {"backfill.job": plan.job.spec.name, "backfill.run_id": summary.run_id, "backfill.output": what,
             "backfill.range": json.dumps([plan.start, plan.end])}
-
-
-def _fault_hook() -> None:
-    """Test hook: BACKFILL_FAULT=before_commit kills the process right before a commit."""
-    if os.environ.get("BACKFILL_FAULT") == "before_commit":
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _append_manifest(plan: Plan, spark: SparkSession, summary: RunSummary) -> None:
-    from backfill.io.runs import append_run
-
-    try:
-        append_run(spark, plan.runs_sink, summary.to_dict(), job_file=str(plan.job.path))
-    except BackfillError:
-        raise
-    except Exception as exc:  # the outputs are published; say so rather than hide the manifest failure
-        raise PublishError(f"{plan.runs_sink}: outputs were published but the run manifest could not be "
-                           f"appended ({exc})") from None

@@ -24,6 +24,13 @@ class PublishError(BackfillError):
     """Results could not be published; the target table is left as it was."""
 
 
+class ExpectationsFailed(PublishError):
+    """Expectations failed on what a run was about to publish: nothing was published (exit 1, as for
+    differences: the data, not the job, is what fails)."""
+
+    exit_code = 1
+
+
 class VerificationFailed(BackfillError):
     """Verification found unexplained differences or failed expectations."""
 

@@ -76,11 +76,17 @@ def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
             F.lit("unreadable value: the value is a JSON "), t, F.lit(f"; value.format: {spec.value.format} wants "
                                                                       f"{shown}{hint}")))
     want = "integer" if column in INTEGER_FIELDS else "object" if column == "headers" else "string"
-    bad = present & (t != want)
+    wrong = F.when(present & (t != want), F.concat(F.lit(f"unreadable record: {column} is a JSON "), t,
+                                                   F.lit(f", not {EXPECTED[column]}")))
     if column == "partition":  # a partition number is a Java int
-        bad = bad | (present & (t == want) & F.try_variant_get(_field(name), "$", "int").isNull())
-    return F.when(bad, F.concat(F.lit(f"unreadable record: {column} is a JSON "), t,
-                                F.lit(f", not {EXPECTED[column]}")))
+        return F.coalesce(wrong, F.when(present & F.try_variant_get(_field(name), "$", "int").isNull(), F.lit(
+            "unreadable record: partition is out of the 32-bit integer range")))
+    if column == "headers":  # Kafka header values are text (or null)
+        values = F.map_values(F.try_variant_get(_field(name), "$", "map<string,variant>"))
+        text = F.forall(values, lambda x: F.schema_of_variant(x).isin("STRING", "VOID"))
+        return F.coalesce(wrong, F.when(present & ~text, F.lit(
+            "unreadable record: headers is a JSON object, not a JSON object of strings")))
+    return wrong
 
 
 def _value_of(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:

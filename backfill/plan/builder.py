@@ -5,7 +5,7 @@ from backfill.errors import SpecError
 from backfill.ops.expressions import compile_aggregations, joiner_sql
 from backfill.ops.windows import JoinWindows
 from backfill.plan.definition import OperatorPlan, Plan, SourcePlan
-from backfill.plan.validate import check_inputs_exist, check_paths, check_sinks_declared
+from backfill.plan.validate import check_inputs_exist, check_paths, check_semantics, check_sinks_declared
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
@@ -16,6 +16,7 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     if start is not None and end is not None and start >= end:
         raise SpecError(f"--start {start} is not before --end {end}; the range is [start, end)")
     runs = _runs_location(job)
+    check_semantics(job)
     check_sinks_declared(job)
     check_paths(job, runs)
     check_inputs_exist(job)

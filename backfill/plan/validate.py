@@ -74,3 +74,11 @@ def check_sinks_declared(job: Job) -> None:
             raise SpecError(f"{job.path}: sinks.{op.name}: operator {op.name!r} has no sink; add one, e.g. "
                             f"{op.name}: {{format: delta, path: ../out/{op.name}}}, or {op.name}: {{format: none}} "
                             f"to only count its output ({DOCS}#sinks)")
+
+
+def check_semantics(job: Job) -> None:
+    """`semantics: flink` is the rule engine's; no operator of the other kinds runs under it (yet)."""
+    if job.spec.semantics == "flink":
+        raise SpecError(f"{job.path}: semantics: flink applies to Flink-style rule operators, which this version "
+                        "does not run; aggregates and joins follow semantics: kafka-streams "
+                        f"({DOCS}#a-job)")

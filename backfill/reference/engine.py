@@ -209,13 +209,12 @@ def run_reference(plan: Plan) -> ReferenceResult:
         spec = job.spec.sources[sp.name]
         records = read_records(job, sp.name)
         result.records_read[sp.name] = len(records)
-        for rec in records:  # readable records go to their partition's queue
-            if rec["_problem"] is None or rec["partition"] is not None:
+        for rec in records:  # a record with a partition and an offset waits in its queue; the others cannot
+            if rec["partition"] is not None and rec["offset"] is not None:
                 continue
             if spec.on_error == "fail":
                 raise SourceError(f"sources.{sp.name}: a record is unreadable ({rec['_problem']})")
-            result.ledger.append(_ledger_row({**rec, "partition": None, "offset": None}, None, "unreadable", None,
-                                             None, None, detail=rec["_problem"]))
+            result.ledger.append(_ledger_row(rec, None, "unreadable", None, None, None, detail=rec["_problem"]))
         by_partition: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for rec in records:
             if rec["partition"] is not None and rec["offset"] is not None:

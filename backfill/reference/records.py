@@ -111,11 +111,12 @@ def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str])
                         "(declare value.format: json for JSON values)")
         else:
             want, shown = _EXPECTED[column]
-            bad = found != want or (column == "partition" and not -2**31 <= row[name] < 2**31)
-            if column == "headers" and not bad:
-                bad = not all(isinstance(v, str) for v in row[name].values())
-            if bad:
+            if found != want:
                 return f"unreadable record: {column} is a JSON {found}, not {shown}"
+            if column == "partition" and not -2**31 <= row[name] < 2**31:
+                return "unreadable record: partition is out of the 32-bit integer range"
+            if column == "headers" and not all(v is None or isinstance(v, str) for v in row[name].values()):
+                return "unreadable record: headers is a JSON object, not a JSON object of strings"
     return None
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill.errors import PublishError
+from backfill.errors import ExpectationsFailed
 from backfill.ops.windows import TimeWindows
 from backfill.jobspec.models import OperatorSpec
 
@@ -177,7 +177,7 @@ def warm_up() -> None:
 
 
 class PublishChecks:
-    """The suites a run executes on what it is about to publish; a failure raises PublishError."""
+    """The suites a run executes on what it is about to publish; a failure raises ExpectationsFailed (exit 1)."""
 
     def __init__(self, spark: SparkSession, ops: dict[str, OperatorSpec], results: dict[str, Any]) -> None:
         self.spark, self.ops, self.results = spark, ops, results
@@ -212,7 +212,7 @@ class PublishChecks:
                                               [unique_check(unique)]))
             failed = [r for r in results if not r.success]
             if failed:
-                raise PublishError(f"{name}.output: expectations failed before publish: "
+                raise ExpectationsFailed(f"{name}.output: expectations failed before publish: "
                                    f"{'; '.join(r.failures() for r in failed)}; nothing was committed for it")
 
         return audit
@@ -227,7 +227,7 @@ class PublishChecks:
     def _run(self, df: Any, name: str, target: str, checks: list[Check]) -> None:
         result = self._validate(df, name, target, checks)
         if not result.success:
-            raise PublishError(f"{name}: expectations failed before publish: {result.failures()}; "
+            raise ExpectationsFailed(f"{name}: expectations failed before publish: {result.failures()}; "
                                "nothing was committed for it")
 
 

@@ -44,6 +44,22 @@ def test_diff_two_versions_of_one_delta_table(tmp_path: Path, spark: Any) -> Non
     assert same.exit_code == 0 and json.loads(same.stdout)["verdict"] == "match"
 
 
+@pytest.mark.parametrize("tolerance,old,new,category", [  # values exact in binary: the bound itself is exact
+    ("amount=abs:0.5", 1.0, 1.5, "match"), ("amount=abs:0.5", 1.0, 1.5001, "mismatch"),
+    ("amount=rel:0.25", 3.0, 4.0, "match"), ("amount=rel:0.25", 3.0, 4.0001, "mismatch"),
+    ("amount=abs:0.5,rel:0.25", 2.5, 4.0, "match"), ("amount=abs:0.5,rel:0.25", 2.5, 4.01, "mismatch"),
+])
+def test_tolerance_holds_up_to_its_bound_and_not_beyond(tmp_path: Path, spark: Any, tolerance: str, old: float,
+                                                        new: float, category: str) -> None:
+    """|old - new| <= abs + rel * |new| (the right-hand side is the reference of rel)."""
+    old_path, new_path = str(tmp_path / "old"), str(tmp_path / "new")
+    write_deltalake(old_path, _table([("a", 0, 60_000, 1, old, 10)]))
+    write_deltalake(new_path, _table([("a", 0, 60_000, 1, new, 10)]))
+    result = CliRunner().invoke(app, ["diff", old_path, new_path, "--on", "key,window_start", "--tolerance",
+                                      tolerance, "--json", "--report", str(tmp_path / "report")])
+    assert json.loads(result.stdout)["counts"][category] == 1, result.stdout
+
+
 def test_failing_expectations_block_the_delta_commit(tmp_path: Path, spark: Any) -> None:
     from backfill.io.sinks import write_output
     from backfill.verify.expectations import PublishChecks

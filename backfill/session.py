@@ -54,10 +54,10 @@ def get_spark(profile: str | None = None) -> Any:
     """The active SparkSession, or a new one built from the profile."""
     from pyspark.sql import SparkSession
 
+    conf = load_profile(profile)  # a wrong --profile is an error even when a session is already running
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    conf = load_profile(profile)
     apply_env(conf)
     builder = SparkSession.builder
     log4j = CONF_DIR / "log4j2.properties"

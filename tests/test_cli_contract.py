@@ -121,7 +121,8 @@ def test_failed_expectations_exit_1_and_publish_nothing(tmp_path, spark, monkeyp
 def test_parquet_sources_and_sinks_give_what_jsonl_gives(tmp_path, spark):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    assert CliRunner().invoke(app, ["run", str(_job(tmp_path / "a"))]).exit_code == 0
+    first = CliRunner().invoke(app, ["run", str(_job(tmp_path / "a"))])
+    assert first.exit_code == 0, first.stderr
     result = CliRunner().invoke(app, ["run", str(_job(tmp_path / "b", fmt="parquet", sink="parquet"))])
     assert result.exit_code == 0, result.stderr
     from_jsonl = sorted(read_jsonl(tmp_path / "a" / "out" / "agg.jsonl"), key=lambda r: r["emit_seq"])

@@ -10,6 +10,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from backfill.session import get_spark
+
 try:
     from sparkcluster import cluster_processes, cluster_session_ctx, executor_count, standalone_cluster
 except ImportError:  # rootdir/importlib import modes do not put tests/ on sys.path
@@ -24,7 +26,7 @@ N_KEYS = 7
 @pytest.mark.slow
 def test_standalone_cluster_runs_python_and_shuffle_in_executors(tmp_path: Path) -> None:
     # the suite shares one local session; the cluster helper must replace it, not reuse it
-    SparkSession.getActiveSession() or SparkSession.builder.master("local[1]").getOrCreate()
+    get_spark("local")  # the project's session (with the pinned jars) is the one the JVM starts with
     work = tmp_path / "cluster"
     out = tmp_path / "agg.parquet"
     executor_pids: set[int] = set()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from typing import Any
 
 import pytest
@@ -592,38 +591,29 @@ needs_java = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[2]").appName("test_expr")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate())
-    session.sparkContext.setLogLevel("OFF")
-    yield session
-    if existing is None:  # never stop a session another fixture owns
-        session.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+def spark(spark_module: Any) -> Any:
+    """The project's session (conf/local.yaml with the pinned jars): a session built here without them
+    would be the one the whole test process reuses."""
+    return spark_module
 
 
 def _py(v: Any) -> Any:
-    """Spark result -> plain Python (Row -> dict); decimals stay exact Decimals."""
+    """Spark result -> plain Python (Row -> dict).
+
+    A Spark Decimal becomes the double nearest to it: the reference engine computes decimal literals as
+    doubles (its documented deviation, backfill/reference/expr.py), so the comparison is that its double
+    is exactly the nearest double to Spark's exact decimal, not merely close.
+    """
+    from decimal import Decimal
+
     from pyspark.sql import Row
 
     if isinstance(v, Row):
         return {k: _py(x) for k, x in v.asDict().items()}
     if isinstance(v, list):
         return [_py(x) for x in v]
+    if isinstance(v, Decimal):
+        return float(v)  # correctly rounded (Python converts exactly, then rounds once)
     return v
 
 

@@ -25,7 +25,7 @@ _PIPE_WIDTH = None if os.environ.get("COLUMNS") else 120
 err = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
 out = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
 
-JobArg = Annotated[Path, typer.Argument(help="The job YAML (see spec/job-spec.md).", show_default=False)]
+JobArg = Annotated[Path, typer.Argument(help="The job YAML (see docs/job-spec.md).", show_default=False)]
 StartOpt = Annotated[Optional[str], typer.Option(
     "--start", help="First window start to write: ISO-8601 instant or epoch ms (inclusive).")]
 EndOpt = Annotated[Optional[str], typer.Option(

@@ -15,7 +15,7 @@ LEDGER_SCHEMA = T.StructType([
     T.StructField("range_time", T.LongType()),
 ])
 
-# reasons (job-spec.md "Outputs"; documented in docs/ledger.md)
+# reasons (job-spec.md "Outputs"; documented in docs/semantics.md "Every record is accounted for")
 INVALID_TIMESTAMP = "invalid_timestamp"
 UNREADABLE = "unreadable"
 NULL_KEY = "null_key"

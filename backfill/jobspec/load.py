@@ -76,7 +76,7 @@ def describe(error: dict[str, Any]) -> str:
     if kind == "missing":
         return f"{path}: is required"
     if kind == "extra_forbidden":
-        return f"{path}: unknown field; check the spelling against spec/job-spec.md"
+        return f"{path}: unknown field; check the spelling against docs/job-spec.md"
     if kind == "literal_error":
         allowed = msg.split("Input should be ", 1)[-1].replace("'", "")
         return f"{path}: {shown} is not allowed; use {allowed}"

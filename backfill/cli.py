@@ -209,6 +209,74 @@ def demo(profile: ProfileOpt = None, as_json: JsonOpt = False, kafka: Annotated[
 
 
 @app.command()
+def conformance(
+        kafka_streams: Annotated[list[str] | None, typer.Option(
+            "--kafka-streams", help="Kafka Streams version to judge with (repeatable; default: every version "
+                                    "set up in jvm/lib).")] = None,
+        operator: Annotated[list[str] | None, typer.Option(
+            "--operator", help="aggregate or join (repeatable; default: both).")] = None,
+        scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,
+        engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",
+        failures: Annotated[Path, typer.Option("--failures", help="Where differing scenarios are written, "
+                                                                  "shrunk, as job folders.")] = Path("conformance-failures"),
+        profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+    """Run random adversarial scenarios through backfill's engines and Kafka Streams itself; exit 1 on any difference."""
+    import tempfile
+
+    from rich.table import Table
+
+    from backfill.conformance.check import run_kind
+    from backfill.conformance.harness import check_version, versions
+    from backfill.conformance.scenarios import KINDS
+
+    with handled():
+        kinds = operator or list(KINDS)
+        for kind in kinds:
+            if kind not in KINDS:
+                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}")
+        engines = {"both": ("spark", "reference"), "spark": ("spark",), "reference": ("reference",)}.get(engine)
+        if engines is None:
+            raise SpecError(f"--engine {engine!r}: use spark, reference or both")
+        if scenarios < 1:
+            raise SpecError(f"--scenarios {scenarios}: give at least 1")
+        chosen = kafka_streams or versions()
+        for version in chosen or ["(none)"]:
+            check_version(version)
+
+        def run_ours(job: Path, which: str) -> dict[str, Any]:
+            return execute(job, None, None, profile, which, quiet=True)
+
+        rows = []
+        with tempfile.TemporaryDirectory(prefix="backfill-conformance-") as work:
+            for kind in kinds:
+                if not as_json:
+                    err.print(f"[dim]- {kind}: {scenarios} scenarios (seed {seed}), engines {', '.join(engines)}, "
+                              f"Kafka Streams {', '.join(chosen)}[/]", highlight=False)
+                rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures)
+        differing = sum(len(r.differences) for _, r in rows)
+        if as_json:
+            print(json.dumps({"seed": seed, "results": [{"kafka_streams": v, **r.to_dict()} for v, r in rows],
+                              "differences": differing}, indent=2, default=str))
+        else:
+            table = Table(box=None, pad_edge=False)
+            for col in ("kafka streams", "operator", "scenarios", "records", "ks outputs", "ks dropped",
+                        *(f"agree ({e})" for e in engines), "differ"):
+                table.add_column(col, justify="left" if col in ("kafka streams", "operator") else "right")
+            for version, r in rows:
+                table.add_row(version, r.kind, f"{r.scenarios:,}", f"{r.records:,}", f"{r.outputs:,}", f"{r.dropped:,}",
+                              *(f"{r.agreeing[e]:,}" for e in engines), f"{len(r.differences):,}")
+            out.print(table)
+            for _, r in rows:
+                for d in r.differences:
+                    if d.repro:
+                        out.print(f"difference: {d.engine} on {r.kind} scenario {d.scenario.id}: {d.repro}",
+                                  highlight=False)
+        if differing:
+            raise typer.Exit(1)
+
+
+@app.command()
 def archive(bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers, host:port.")],
             topic: Annotated[str, typer.Option("--topic", help="The topic to archive.")],
             to: Annotated[Path, typer.Option("--to", help="The Kafka-archive Delta table (created if missing).")],

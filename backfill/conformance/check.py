@@ -1,0 +1,236 @@
+"""Run backfill's engines and Kafka Streams on the same scenarios and compare them, scenario by scenario.
+
+What is compared, per scenario (one task):
+- aggregates: every forwarded row (key, window, count|sum|fold, timestamp), in emission order for
+  `emit: updates`, as a set for `emit: final` (suppression's emission order across keys is not part of
+  the contract); and the task's dropped records (Kafka Streams' `dropped-records-total`) against the
+  ledger's `late` and `null_key` rows;
+- joins: every forwarded row (key, value, timestamp) in emission order; dropped records against the
+  ledger's `null_key` and `null_value` rows (an `expired` write is not a dropped record in Kafka Streams).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backfill.conformance.harness import Judged, judge
+from backfill.conformance.scenarios import Scenario, generate, write_job
+
+DROPS = {"aggregate": ("late", "null_key"), "join": ("null_key", "null_value")}
+# (job path, engine) -> summary dict with outputs and ledger rows (backfill.cli.execute, injected)
+Execute = Callable[[Path, str], dict[str, Any]]
+
+
+@dataclass
+class Observed:
+    """One engine's view of one scenario, in the comparable form."""
+
+    rows: list[tuple]
+    dropped: int
+
+
+@dataclass
+class Difference:
+    """A scenario on which an engine and Kafka Streams disagree."""
+
+    scenario: Scenario
+    engine: str
+    ours: Observed
+    theirs: Judged
+    repro: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for --json and the reproduction folder."""
+        return {"scenario": self.scenario.id, "operator": self.scenario.kind, "config": self.scenario.config,
+                "engine": self.engine, "ours": {"rows": self.ours.rows, "dropped": self.ours.dropped},
+                "kafka_streams": {"rows": self.theirs.rows, "dropped": self.theirs.dropped,
+                                  "error": self.theirs.error}, "repro": self.repro}
+
+
+@dataclass
+class KindResult:
+    """Per operator kind: how many scenarios, how many agreed with Kafka Streams, per engine."""
+
+    kind: str
+    scenarios: int
+    records: int
+    outputs: int
+    dropped: int = 0
+    agreeing: dict[str, int] = field(default_factory=dict)
+    differences: list[Difference] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"operator": self.kind, "scenarios": self.scenarios, "records": self.records,
+                "kafka_streams_outputs": self.outputs,
+                "kafka_streams_dropped": self.dropped, "agreeing": self.agreeing,
+                "differing": {e: self.scenarios - n for e, n in self.agreeing.items()},
+                "differences": [d.to_dict() for d in self.differences[:20]]}
+
+
+class Index:
+    """An engine's outputs and drops by (operator, task) and (operator, key): each scenario looks up its own."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        self.by_task: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.by_key: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+        for op, rows in summary["outputs"].items():
+            for r in rows:
+                if "task" in r:
+                    self.by_task.setdefault((op, r["task"]), []).append(r)
+                else:  # final rows carry no task; a key belongs to one scenario
+                    self.by_key.setdefault((op, r["key"]), []).append(r)
+        self.drops: dict[tuple[str, int, str], int] = {}
+        for r in summary["ledger_rows"]:
+            place = (r.get("operator"), r["partition"], r["reason"])
+            self.drops[place] = self.drops.get(place, 0) + 1
+
+
+def observe(sc: Scenario, index: Index) -> Observed:
+    """The scenario's rows (in emission order) and its dropped records, from an engine's indexed summary."""
+    rows = list(index.by_task.get((sc.operator, sc.id), []))
+    for key in sorted({r["key"] for r in sc.records}, key=repr):
+        rows += index.by_key.get((sc.operator, key), [])
+    rows.sort(key=lambda r: r.get("emit_seq") or 0)
+    if sc.kind == "aggregate":
+        out = [(r["key"], (r["window_start"], r["window_end"]), f"{r['c']}|{r['s'] or 0}|{r['f']}", r["ts"])
+               for r in rows]
+        if sc.config["emit"] == "final":
+            out.sort(key=repr)
+    else:
+        out = [(r["key"], None, r["value"], r["ts"]) for r in rows]
+    dropped = sum(index.drops.get((sc.operator, sc.id, reason), 0) for reason in DROPS[sc.kind])
+    return Observed(out, dropped)
+
+
+def agree(sc: Scenario, ours: Observed, theirs: Judged) -> bool:
+    """Same rows (in order where order is part of the contract) and the same number of dropped records."""
+    rows = sorted(theirs.rows, key=repr) if sc.kind == "aggregate" and sc.config["emit"] == "final" else theirs.rows
+    return theirs.error is None and [tuple(r) for r in ours.rows] == [tuple(r) for r in rows] \
+        and ours.dropped == theirs.dropped
+
+
+def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]]]) -> None:
+    """Each scenario's records in the processing order the reference engine derived (its task's order)."""
+    for sc in scenarios:
+        by_place = {(r["side"], r["offset"]): r for r in sc.records}
+        sides = {"_in": "input", "_l": "left", "_r": "right"}
+        sc.order = [by_place[(next(v for k, v in sides.items() if o["source"].endswith(k)), o["offset"])]
+                    for o in order.get(sc.id, [])]
+
+
+def reference_summary(job: Path) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
+    """The reference engine's summary (outputs, ledger) and processing order per task."""
+    from backfill.jobspec import load_job
+    from backfill.plan.builder import build_plan
+    from backfill.reference.engine import run_reference
+
+    result = run_reference(build_plan(load_job(job), None, None))
+    return result.to_dict(), result.order
+
+
+def spark_summary(job: Path, execute: Execute) -> dict[str, Any]:
+    """The Spark engine's published outputs and ledger, read back from the job's JSONL sinks."""
+    execute(job, "spark")
+    out = job.parent / "out"
+
+    def rows(path: Path) -> list[dict[str, Any]]:
+        files = [path] if path.is_file() else sorted(path.glob("*.json*")) if path.is_dir() else []
+        return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+
+    outputs = {p.name.removesuffix(".jsonl"): rows(p) for p in out.iterdir() if not p.name.startswith(("ledger", "."))}
+    return {"outputs": outputs, "ledger_rows": rows(out / "ledger.jsonl")}
+
+
+def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tuple[str, ...],
+             execute: Execute | None, work: Path, repro_dir: Path | None) -> list[tuple[str, KindResult]]:
+    """Draw `count` scenarios of one kind, run our engines once, judge with every Kafka Streams version.
+
+    The first differences of each engine are shrunk and written as job folders under `repro_dir`.
+    """
+    scenarios = generate(kind, count, seed)
+    job = write_job(work / kind, scenarios, name=f"conformance-{kind}")
+    ref, order = reference_summary(job)
+    attach_order(scenarios, order)
+    summaries = {"reference": Index(ref)}
+    if "spark" in engines:
+        if execute is None:
+            raise ValueError("the Spark engine needs an executor")
+        summaries["spark"] = Index(spark_summary(job, execute))
+    out = []
+    for version in versions:
+        reported, judged = judge(scenarios, version)
+        result = KindResult(kind, len(scenarios), sum(len(sc.records) for sc in scenarios),
+                            sum(len(j.rows) for j in judged.values()), sum(j.dropped for j in judged.values()))
+        for engine in engines:
+            agreeing = 0
+            for sc in scenarios:
+                ours = observe(sc, summaries[engine])
+                if agree(sc, ours, judged[sc.id]):
+                    agreeing += 1
+                else:
+                    result.differences.append(Difference(sc, engine, ours, judged[sc.id]))
+            result.agreeing[engine] = agreeing
+        if repro_dir is not None:
+            for engine in engines:
+                for diff in [d for d in result.differences if d.engine == engine][:2]:
+                    diff.repro = str(write_repro(diff, shrink(diff, version, work), reported, repro_dir))
+        out.append((reported, result))
+    return out
+
+
+def shrink(diff: Difference, version: str, work: Path) -> Difference:
+    """Remove records while the reference engine still disagrees with Kafka Streams, until no single removal does.
+
+    Each round judges every one-record-smaller candidate at once (one reference run, one JVM start). Only a
+    reference difference is shrunk; a Spark-only difference is kept whole.
+    """
+    if diff.engine != "reference":
+        return diff
+    sc = diff.scenario
+    records = sc.records
+    while len(records) > 1:
+        # each candidate its own keys too: final results carry no task, rows are told apart by key
+        candidates = [Scenario(i, sc.kind, sc.config, [{**r, "key": None if r["key"] is None else f"{r['key']}.{i}"}
+                                                      for r in records[:i] + records[i + 1:]])
+                      for i in range(len(records))]
+        smaller = _differences(candidates, version, work)
+        if not smaller:
+            break
+        i = smaller[0].scenario.id
+        records = records[:i] + records[i + 1:]
+    if records is sc.records:
+        return diff
+    return next(iter(_differences([Scenario(sc.id, sc.kind, sc.config, records)], version, work)), diff)
+
+
+def _differences(scenarios: list[Scenario], version: str, work: Path) -> list[Difference]:
+    """The scenarios on which the reference engine and Kafka Streams disagree (a throwaway job for the batch)."""
+    folder = Path(tempfile.mkdtemp(dir=work))
+    try:
+        ref, order = reference_summary(write_job(folder, scenarios))
+        attach_order(scenarios, order)
+        judged = judge(scenarios, version)[1]
+        index = Index(ref)
+        found = [Difference(sc, "reference", observe(sc, index), judged[sc.id]) for sc in scenarios]
+        return [d for d in found if not agree(d.scenario, d.ours, d.theirs)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_repro(found: Difference, small: Difference, version: str, root: Path) -> Path:
+    """A job folder that reproduces a difference (shrunk when it could be): job.yaml, inputs, both outputs."""
+    folder = root / f"ks-{version}-{found.scenario.kind}-{found.engine}-scenario-{found.scenario.id}"
+    shutil.rmtree(folder, ignore_errors=True)
+    sc = Scenario(0, small.scenario.kind, small.scenario.config, small.scenario.records, small.scenario.order)
+    write_job(folder, [sc], name=f"conformance-{sc.kind}")
+    (folder / "difference.json").write_text(json.dumps({**small.to_dict(), "scenario": 0, "kafka_streams_version": version,
+                                                        "found_as_scenario": found.scenario.id},
+                                                       indent=2, default=str) + "\n")
+    return folder
+

@@ -1,0 +1,99 @@
+"""Kafka Streams' TopologyTestDriver as a judge: the JVM harness of jvm/harness, one process per version.
+
+The harness reads tab-separated scenarios on stdin (see jvm/harness/.../Replay.java) and prints, per
+(scenario, task), what the topology forwarded, in order, with timestamps, and the task's
+`dropped-records-total` metric. Every version named in jvm/pom.xml has its own classpath under
+`jvm/lib/kafka-streams-<version>/` (scripts/setup.sh resolves them).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backfill.conformance.scenarios import Scenario
+from backfill.errors import SpecError
+
+LIB = Path(os.environ.get("BACKFILL_JVM_LIB", Path(__file__).resolve().parents[2] / "jvm" / "lib"))
+NULL = "\\N"
+
+
+@dataclass
+class Judged:
+    """What Kafka Streams did with one scenario: forwarded rows in order, dropped-record count, or an error."""
+
+    rows: list[tuple] = field(default_factory=list)
+    dropped: int = 0
+    error: str | None = None
+
+
+def versions() -> list[str]:
+    """The Kafka Streams versions whose jars setup resolved, newest first."""
+    found = [p.name.removeprefix("kafka-streams-") for p in LIB.glob("kafka-streams-*") if any(p.glob("*.jar"))]
+    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".") if x.isdigit()), reverse=True)
+
+
+def check_version(version: str) -> None:
+    """A one-line error naming what exists, for a version without jars (or no harness at all)."""
+    if not (LIB / "harness" / "backfill-harness.jar").exists():
+        raise SpecError(f"{LIB / 'harness'}: the Kafka Streams harness is not built; run scripts/setup.sh once")
+    if version not in versions():
+        raise SpecError(f"--kafka-streams {version}: no jars for that version (available: "
+                        f"{', '.join(versions()) or 'none'}); add it to jvm/pom.xml and run scripts/setup.sh")
+
+
+def _field(value: object) -> str:
+    text = NULL if value is None else str(value)
+    if "\t" in text or "\n" in text:
+        raise ValueError(f"the harness protocol cannot carry {text!r}")
+    return text
+
+
+def encode(scenarios: list[Scenario]) -> str:
+    """The harness input: one S line per scenario, its task's records in processing order, then E."""
+    lines = []
+    for sc in scenarios:
+        c = sc.config
+        if sc.kind == "aggregate":
+            lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{c['emit']}")
+        else:
+            lines.append(f"S\t{sc.id}\tjoin\t{c['how']}\t{c['before']}\t{c['after']}\t{c['grace']}\t{int(c['eager'])}")
+        lines.append(f"T\t{sc.id}")
+        for rec in sc.order:
+            side = {"left": "L", "right": "R"}.get(rec["side"], "-")
+            lines.append("\t".join(["R", side, _field(rec["key"]), _field(sc.harness_value(rec)), str(rec["timestamp"])]))
+        lines.append("E")
+    return "\n".join(lines) + "\n"
+
+
+def judge(scenarios: list[Scenario], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
+    """Replay every scenario in one JVM; returns the version the JVM reported and the results by scenario id."""
+    return replay(encode(scenarios), [sc.id for sc in scenarios], version, timeout_s)
+
+
+def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
+    """Run the harness on its input text (the protocol of Replay.java); results for the scenario ids given."""
+    check_version(version)
+    classpath = os.pathsep.join([str(LIB / "harness" / "*"), str(LIB / f"kafka-streams-{version}" / "*")])
+    proc = subprocess.run(["java", "-Xss4m", "-cp", classpath, "io.backfill.harness.Replay"], input=text,
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+        raise SpecError(f"the Kafka Streams {version} harness failed (exit {proc.returncode}): {tail}")
+    reported = "unknown"
+    results: dict[int, Judged] = {i: Judged() for i in ids}
+    for line in proc.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "V":
+            reported = f[1]
+        elif f[0] == "O":
+            key = None if f[3] == NULL else f[3]
+            value = None if f[6] == NULL else f[6]
+            window = (int(f[4]), int(f[5])) if f[4] != "-" else None
+            results[int(f[1])].rows.append((key, window, value, int(f[7])))
+        elif f[0] == "D":
+            results[int(f[1])].dropped = int(f[3])
+        elif f[0] == "X":
+            results[int(f[1])].error = f[3]
+    return reported, results

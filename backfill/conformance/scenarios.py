@@ -1,0 +1,156 @@
+"""Random adversarial scenarios, and the backfill job that holds a batch of them.
+
+A scenario is one operator configuration and the records of one task: ties in timestamps, records out of
+order, records exactly at a window's end + grace, null keys and values, a hot key, empty inputs, hopping
+windows whose advance does not divide their size, joins with before != after and zero grace. A batch is
+written as one job: each configuration is an operator, each scenario its own partition number (so its
+own task: state and stream time never cross scenarios).
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("aggregate", "join")
+# (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
+AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1)]
+# (before, after, grace) in ms
+JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0)]
+FOLD = "concat(acc, coalesce(value.p, '~'))"
+JOINER = "concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))"
+VALUE_SCHEMA = {"type": "object", "properties": {"n": {"type": ["integer", "null"]}, "p": {"type": "string"}}}
+
+
+@dataclass
+class Scenario:
+    """One configuration and one task's records (`side`: input, left or right; offsets per side)."""
+
+    id: int
+    kind: str
+    config: dict[str, Any]
+    records: list[dict[str, Any]]
+    order: list[dict[str, Any]] = field(default_factory=list)  # processing order (from the reference engine)
+
+    @property
+    def operator(self) -> str:
+        """The operator of the batch job that runs this scenario's configuration."""
+        return "op_" + "_".join(str(v).lower() for v in self.config.values())
+
+    @staticmethod
+    def harness_value(rec: dict[str, Any]) -> Any:
+        """The value as the harness reads it: `n,p` for aggregates (n may be null), the text for joins."""
+        value = rec["value"]
+        if isinstance(value, dict):
+            n = "\\N" if value.get("n") is None else value["n"]
+            return f"{n},{value['p']}"
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the reproduction folder keeps it)."""
+        return {"id": self.id, "kind": self.kind, "config": self.config, "records": self.records}
+
+
+def aggregate_configs() -> list[dict[str, Any]]:
+    """Every window configuration in both emit modes."""
+    return [{"size": s, "advance": a, "grace": g, "emit": e} for s, a, g in AGG_WINDOWS for e in ("updates", "final")]
+
+
+def join_configs() -> list[dict[str, Any]]:
+    """Every join window with every join type; the old eager windows for left and outer joins."""
+    out = [{"how": h, "before": b, "after": a, "grace": g, "eager": False}
+           for b, a, g in JOIN_WINDOWS for h in ("inner", "left", "outer")]
+    out += [{"how": h, "before": 2, "after": 3, "grace": 1, "eager": True} for h in ("left", "outer")]
+    return out
+
+
+def generate(kind: str, count: int, seed: int) -> list[Scenario]:
+    """`count` scenarios of one operator kind, drawn from the seed alone."""
+    rng = random.Random(seed)
+    configs = aggregate_configs() if kind == "aggregate" else join_configs()
+    out = []
+    for i in range(count):
+        config = configs[i % len(configs)] if i < len(configs) else rng.choice(configs)  # every config at least once
+        records = _aggregate_records(rng, config) if kind == "aggregate" else _join_records(rng)
+        for r in records:  # a key belongs to one scenario (final results carry no task)
+            r["key"] = None if r["key"] is None else f"{r['key']}{i}"
+        out.append(Scenario(i, kind, dict(config), records))
+    return out
+
+
+def _aggregate_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, Any]]:
+    keys = ["a"] if rng.random() < 0.2 else ["a", "b", "c", "a", None]  # a hot key now and then
+    out: list[dict[str, Any]] = []
+    high = 0
+    for offset in range(rng.choice([0, *range(1, 16)])):
+        roll = rng.random()
+        if roll < 0.25 and out:  # right at a window's close: end + grace - stream time in {-1, 0, +1}
+            end = (high - c["grace"]) // c["advance"] * c["advance"] + rng.choice([-1, 0, 1])
+            ts = max(end, 0)
+        elif roll < 0.45 and out:  # a tie with a record already seen
+            ts = rng.choice(out)["timestamp"]
+        else:
+            ts = rng.choice([rng.randint(0, 60), rng.choice([0, 1, 4, 5, 9, 10, 11, 14, 15, 19, 20, 30])])
+        high = max(high, ts)
+        value = None if rng.random() < 0.12 else {"n": None if rng.random() < 0.15 else rng.randint(-3, 9),
+                                                  "p": rng.choice("xyz")}
+        out.append({"side": "input", "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
+    return out
+
+
+def _join_records(rng: random.Random) -> list[dict[str, Any]]:
+    keys = ["a"] if rng.random() < 0.2 else ["a", "b", "a", None]
+    out = []
+    for side, prefix in (("left", "l"), ("right", "r")):
+        for offset in range(rng.choice([0, *range(1, 10)])):
+            ts = rng.choice([rng.randint(0, 30), rng.choice([0, 1, 2, 3, 5, 8, 10])])
+            value = None if rng.random() < 0.1 else f"{prefix}{offset}"
+            out.append({"side": side, "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
+    return out
+
+
+def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance") -> Path:
+    """One job for the batch: every scenario its own partition of shared sources, an operator per configuration.
+
+    Every operator reads every scenario (a few thousand records: cheaper than a source per configuration);
+    a scenario's rows are taken from its configuration's operator (task = partition = scenario id, keys
+    unique to the scenario), the others are never looked at.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "in").mkdir(exist_ok=True)
+    (folder / "value.json").write_text(json.dumps(VALUE_SCHEMA))
+    partitions = max((sc.id for sc in scenarios), default=0) + 1
+    kinds = {sc.kind for sc in scenarios}
+    if len(kinds) > 1:
+        raise ValueError(f"one operator kind per job, not {sorted(kinds)}")
+    kind = kinds.pop() if kinds else "aggregate"
+    sides = {"input": "scenarios_in"} if kind == "aggregate" else {"left": "scenarios_l", "right": "scenarios_r"}
+    value = "{format: json, schema: value.json}" if kind == "aggregate" else "{format: string}"
+    sources = []
+    for side, source in sides.items():
+        rows = [{"topic": source, "partition": sc.id, "offset": r["offset"], "key": r["key"], "value": r["value"],
+                 "timestamp": r["timestamp"]} for sc in scenarios for r in sc.records if r["side"] == side]
+        (folder / "in" / f"{source}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        sources.append(f"  {source}: {{format: jsonl, path: in/{source}.jsonl, value: {value}, "
+                       f"timestamp: {{extractor: record, on_invalid: fail}}, partitions: {partitions}}}")
+    operators, sinks = [], []
+    for op, c in sorted({sc.operator: sc.config for sc in scenarios}.items()):
+        if kind == "aggregate":
+            window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"]
+                      else f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
+            operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n      window: {window}\n"
+                             f"      aggregations: {{c: count(), s: sum(value.n), f: {{fold: {{init: \"''\", "
+                             f"step: \"{FOLD}\"}}}}}}\n      emit: {c['emit']}")
+        else:
+            window = f"{{before: {c['before']}ms, after: {c['after']}ms, grace: {c['grace']}ms}}"
+            operators.append(f"  - name: {op}\n    join:\n      left: {sides['left']}\n      right: {sides['right']}\n"
+                             f"      how: {c['how']}\n      window: {window}\n      value: \"{JOINER}\"\n"
+                             f"      eager: {str(c['eager']).lower()}")
+        sinks.append(f"  {op}: {{format: jsonl, path: out/{op}.jsonl}}")
+    sinks.append("  _ledger: {format: jsonl, path: out/ledger.jsonl}")
+    job = folder / "job.yaml"
+    job.write_text(f"name: {name}\nsources:\n" + "\n".join(sources) + "\noperators:\n" + "\n".join(operators)
+                   + "\nsinks:\n" + "\n".join(sinks) + "\n")
+    return job

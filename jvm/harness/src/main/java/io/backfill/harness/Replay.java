@@ -1,0 +1,325 @@
+package io.backfill.harness;
+
+import java.io.BufferedReader;
+import java.io.BufferedWriter;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.stream.Stream;
+
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.TestInputTopic;
+import org.apache.kafka.streams.TestOutputTopic;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.TopologyTestDriver;
+import org.apache.kafka.streams.kstream.Aggregator;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.EmitStrategy;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Initializer;
+import org.apache.kafka.streams.kstream.JoinWindows;
+import org.apache.kafka.streams.kstream.KStream;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.StreamJoined;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindowedKStream;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.ValueJoiner;
+import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.state.WindowStore;
+import org.apache.kafka.streams.test.TestRecord;
+
+/**
+ * Replays scenarios through Kafka Streams' own TopologyTestDriver, one driver per (scenario, task), and
+ * prints what the topology forwarded and how many records its task dropped.
+ *
+ * Input (stdin, tab-separated, \N for null):
+ *   S id agg size advance grace emit(updates|final|close) [aggregator [retention]]
+ *                       emit: every update, suppress(untilWindowCloses), or emitStrategy(onWindowClose());
+ *                       aggregator: count|sum of n|fold of p (default), count, or concat:INIT (acc + '+' + value)
+ *                       retention: the window store's, in ms (default: size + grace, Kafka Streams' own default)
+ *   S id join how(inner|left|outer) before after grace eager(0|1) [joiner]
+ *                       joiner: l|r with '-' for a missing side (default), or plus (String(l) + '+' + String(r))
+ *   T task                                                 a task: the records below, in processing order
+ *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
+ *   E                                                      end of the task: replay it
+ * Output (stdout): V version; O id task key start end value ts; D id task dropped; X id task message.
+ */
+public final class Replay {
+    private static final String NULL = "\\N";
+    private static final ValueJoiner<String, String, String> JOINER =
+        (l, r) -> (l == null ? "-" : l) + "|" + (r == null ? "-" : r);
+    private static final ValueJoiner<String, String, String> PLUS = (l, r) -> l + "+" + r;
+
+    private Replay() {
+    }
+
+    public static void main(String[] args) throws IOException, InterruptedException {
+        Path stateRoot = Files.createTempDirectory("backfill-harness-");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        PrintWriter out = new PrintWriter(new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
+        out.println("V\t" + kafkaVersion());
+        // tasks are independent (each its own driver and state directory): replay them on every core, print in order
+        int threads = Integer.getInteger("backfill.threads", Runtime.getRuntime().availableProcessors());
+        ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, threads));
+        List<Future<String>> results = new ArrayList<>();
+        String[] scenario = null;
+        String task = null;
+        List<String[]> records = new ArrayList<>();
+        String line;
+        try {
+            while ((line = in.readLine()) != null) {
+                if (line.isEmpty()) {
+                    continue;
+                }
+                String[] f = line.split("\t", -1);
+                switch (f[0]) {
+                    case "S" -> scenario = f;
+                    case "T" -> { task = f[1]; records = new ArrayList<>(); }
+                    case "R" -> records.add(f);
+                    case "E" -> {
+                        String[] s = scenario;
+                        String t = task;
+                        List<String[]> rs = records;
+                        Path dir = stateRoot.resolve(Integer.toString(results.size()));
+                        results.add(pool.submit(() -> replayed(s, t, rs, dir)));
+                    }
+                    default -> throw new IllegalArgumentException("unknown line: " + line);
+                }
+            }
+            for (Future<String> result : results) {
+                try {
+                    out.print(result.get());
+                } catch (ExecutionException e) {
+                    throw new IllegalStateException(e.getCause());
+                }
+            }
+        } finally {
+            pool.shutdownNow();
+            out.flush();
+            deleteTree(stateRoot);
+        }
+    }
+
+    /** One task's output lines, or its error as an X line. */
+    private static String replayed(String[] scenario, String task, List<String[]> records, Path stateDir) {
+        StringWriter text = new StringWriter();
+        PrintWriter out = new PrintWriter(text);
+        try {
+            replay(scenario, task, records, stateDir, out);
+        } catch (RuntimeException e) {
+            out.println("X\t" + scenario[1] + "\t" + task + "\t" + oneLine(e));
+        }
+        out.flush();
+        return text.toString();
+    }
+
+    private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out) {
+        boolean agg = s[2].equals("agg");
+        StreamsBuilder builder = new StreamsBuilder();
+        if (agg) {
+            aggregate(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), Long.parseLong(s[5]), s[6],
+                s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1);
+        } else {
+            join(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), Long.parseLong(s[6]), s[7].equals("1"),
+                s.length > 8 && s[8].equals("plus") ? PLUS : JOINER);
+        }
+        Topology topology = builder.build();
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, "backfill-conformance");
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        props.put("statestore.cache.max.bytes", "0");  // caching off, as backfill's semantics assume
+        // the wall-clock throttles of emit-on-close and of the outer join's non-joined rows, taken as 0 (the
+        // driver's clock does not move; backfill has no wall clock either)
+        props.put("__emit.interval.ms.kstreams.windowed.aggregation__", 0L);
+        props.put("__emit.interval.ms.kstreams.outer.join.spurious.results.fix__", 0L);
+        try (TopologyTestDriver driver = new TopologyTestDriver(topology, props, Instant.ofEpochMilli(0))) {
+            StringSerializer ser = new StringSerializer();
+            TestInputTopic<String, String> left = driver.createInputTopic("left", ser, ser);
+            TestInputTopic<String, String> right = agg ? null : driver.createInputTopic("right", ser, ser);
+            TestOutputTopic<String, String> output =
+                driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
+            for (String[] r : records) {
+                TestInputTopic<String, String> topic = r[1].equals("R") ? right : left;
+                topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
+            }
+            for (TestRecord<String, String> rec : output.readRecordsToList()) {
+                String key = rec.key();
+                String start = "-";
+                String end = "-";
+                if (agg) {  // the window travels in the key: key \t start \t end
+                    String[] k = key.split("\t", -1);
+                    key = k[0];
+                    start = k[1];
+                    end = k[2];
+                }
+                out.println(String.join("\t", "O", s[1], task, show(key), start, end, show(rec.value()),
+                    Long.toString(rec.timestamp())));
+            }
+            out.println("D\t" + s[1] + "\t" + task + "\t" + (long) dropped(driver.metrics()));
+        }
+    }
+
+    private static void aggregate(StreamsBuilder builder, long size, long advance, long grace, String emit,
+                                  String aggregator, long retention) {
+        TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
+            .advanceBy(Duration.ofMillis(advance));
+        Initializer<String> init;
+        Aggregator<String, String, String> step;
+        if (aggregator.equals("count")) {
+            init = () -> "0";
+            step = (k, v, acc) -> Long.toString(Long.parseLong(acc) + 1);
+        } else if (aggregator.startsWith("concat:")) {
+            String first = aggregator.substring("concat:".length());
+            init = () -> first;
+            step = (k, v, acc) -> acc + "+" + v;
+        } else {
+            init = () -> "0|0|";
+            step = Replay::step;
+        }
+        KStream<String, String> in = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
+        TimeWindowedKStream<String, String> windowed = in
+            .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+            .windowedBy(windows);
+        if (emit.equals("close")) {
+            windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+        }
+        Materialized<String, String, WindowStore<Bytes, byte[]>> store = Materialized
+            .<String, String, WindowStore<Bytes, byte[]>>as("agg")
+            .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled();
+        if (retention >= 0) {
+            store = store.withRetention(Duration.ofMillis(retention));
+        }
+        KTable<Windowed<String>, String> table = windowed.aggregate(init, step, store);
+        if (emit.equals("final")) {
+            table = table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
+        }
+        table.toStream()
+            .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** count | sum of n (nulls ignored) | fold of p (a null value folds in "~"). */
+    private static String step(String key, String value, String acc) {
+        String[] a = acc.split("\\|", -1);
+        long count = Long.parseLong(a[0]) + 1;
+        long sum = Long.parseLong(a[1]);
+        String fold = a[2];
+        if (value == null) {
+            fold += "~";
+        } else {
+            String[] v = value.split(",", -1);
+            if (!v[0].equals(NULL)) {
+                sum += Long.parseLong(v[0]);
+            }
+            fold += v[1];
+        }
+        return count + "|" + sum + "|" + fold;
+    }
+
+    private static void join(StreamsBuilder builder, String how, long before, long after, long grace, boolean eager,
+                             ValueJoiner<String, String, String> joiner) {
+        JoinWindows windows;
+        if (eager) {
+            windows = oldJoinWindows(before, after, grace);
+        } else {
+            windows = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(after), Duration.ofMillis(grace))
+                .before(Duration.ofMillis(before));
+        }
+        KStream<String, String> left = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
+        KStream<String, String> right = builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()));
+        StreamJoined<String, String, String> joined = StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String());
+        KStream<String, String> result = switch (how) {
+            case "inner" -> left.join(right, joiner, windows, joined);
+            case "left" -> left.leftJoin(right, joiner, windows, joined);
+            case "outer" -> left.outerJoin(right, joiner, windows, joined);
+            default -> throw new IllegalArgumentException("unknown join: " + how);
+        };
+        result.to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** JoinWindows.of(after).before(before).grace(grace): the old, eager join windows (gone in Kafka Streams 4.0). */
+    private static JoinWindows oldJoinWindows(long before, long after, long grace) {
+        try {
+            Method of = JoinWindows.class.getMethod("of", Duration.class);
+            Method graceMethod = JoinWindows.class.getMethod("grace", Duration.class);
+            JoinWindows w = ((JoinWindows) of.invoke(null, Duration.ofMillis(after))).before(Duration.ofMillis(before));
+            return (JoinWindows) graceMethod.invoke(w, Duration.ofMillis(grace));
+        } catch (ReflectiveOperationException e) {
+            throw new UnsupportedOperationException("this Kafka Streams version has no JoinWindows.of (eager joins)");
+        }
+    }
+
+    private static double dropped(Map<MetricName, ? extends Metric> metrics) {
+        double total = 0;
+        for (Map.Entry<MetricName, ? extends Metric> e : metrics.entrySet()) {
+            MetricName n = e.getKey();
+            if (n.name().equals("dropped-records-total") && n.group().equals("stream-task-metrics")) {
+                total += ((Number) e.getValue().metricValue()).doubleValue();
+            }
+        }
+        return total;
+    }
+
+    /** The version of the kafka-clients jar on the classpath (every Kafka jar of a release has the same). */
+    private static String kafkaVersion() throws IOException {
+        Properties p = new Properties();
+        try (var stream = TopologyTestDriver.class.getClassLoader().getResourceAsStream("kafka/kafka-version.properties")) {
+            if (stream != null) {
+                p.load(stream);
+            }
+        }
+        return p.getProperty("version", "unknown");
+    }
+
+    private static String nullable(String s) {
+        return s.equals(NULL) ? null : s;
+    }
+
+    private static String show(String s) {
+        return s == null ? NULL : s;
+    }
+
+    private static String oneLine(Throwable e) {
+        Throwable root = e;
+        while (root.getCause() != null) {
+            root = root.getCause();
+        }
+        return (root.getClass().getSimpleName() + ": " + root.getMessage()).replace('\n', ' ').replace('\t', ' ');
+    }
+
+    private static void deleteTree(Path root) throws IOException {
+        try (Stream<Path> paths = Files.walk(root)) {
+            paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+}

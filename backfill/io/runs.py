@@ -29,11 +29,16 @@ def has_run(spark: SparkSession, location: str, run_id: str) -> bool:
             return False
         with open(location) as fh:
             return any(json.loads(line).get("run_id") == run_id for line in fh if line.strip())
-    from backfill.io.delta import is_delta_table, read_delta
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from backfill.io.delta import is_delta_table
 
     if not is_delta_table(location):
         return False
-    return read_delta(spark, location).where(f"run_id = '{run_id}'").limit(1).count() > 0
+    # a small table read without a Spark job (a Spark count here cost seconds per run)
+    found = DeltaTable(location).to_pyarrow_dataset().to_table(columns=["run_id"], filter=pc.field("run_id") == run_id)
+    return found.num_rows > 0
 
 
 def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_file: str) -> None:

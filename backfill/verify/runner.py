@@ -29,7 +29,8 @@ from backfill.verify.expectations import (RESULT_FORMAT_REPORT, duplicated_group
                                           window_checks, window_frame)
 from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
                                        normalise, parse_tolerances, require_columns)
-from backfill.verify.tables import TableRef, apply_mapping, parse_ref, read_table
+from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
+                                   read_table)
 
 Progress = Callable[[str], None]
 SAMPLES_PER_GROUP = 3
@@ -205,11 +206,15 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     backfill = read_table(spark, backfill_ref, _output_schema(op))
     stream_fallback = T.StructType([*backfill.schema.fields, T.StructField("partition", T.IntegerType()),
                                     T.StructField("offset", T.LongType())])
-    stream = apply_mapping(read_table(spark, stream_ref, stream_fallback), mapping,
-                           f"--against {op.name}={target.against}")
+    stream = read_table(spark, stream_ref, stream_fallback)
+    aggs = tuple(op.aggregate.aggregations)
+    if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and JSON values
+        values = T.StructType([T.StructField(mapping.get(a, a), backfill.schema[a].dataType) for a in aggs
+                               if a in backfill.columns])
+        stream = decode_window_topic(stream, windows.size, values, f"--against {op.name}={target.against}")
+    stream = apply_mapping(stream, mapping, f"--against {op.name}={target.against}")
     if "window_end" not in stream.columns:
         stream = stream.withColumn("window_end", F.col("window_start") + F.lit(windows.size))
-    aggs = tuple(op.aggregate.aggregations)
     require_columns(stream, ("key", "window_start", *aggs), f"streaming output {stream_ref}",
                     "map it with --map col=source_col (or verify.<operator>.columns in the job)")
     columns = ("window_end", *aggs) + (("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())

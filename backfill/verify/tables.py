@@ -86,3 +86,35 @@ def _target(column: str, mapping: dict[str, str]) -> str:
         if theirs == column:
             return ours
     return column if column not in mapping else f"_unmapped_{column}"
+
+
+ARCHIVE_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp")
+
+
+def is_topic_archive(df: DataFrame) -> bool:
+    """A Kafka-archive table (what `backfill archive` writes): the record columns, key and value as bytes."""
+    return (all(c in df.columns for c in ARCHIVE_COLUMNS)
+            and isinstance(df.schema["value"].dataType, T.BinaryType))
+
+
+def decode_window_topic(df: DataFrame, size_ms: int, values: T.StructType, where: str) -> DataFrame:
+    """An archived output topic of a windowed aggregate, as output rows.
+
+    The key as Kafka Streams' time-windowed serde writes it (`WindowedSerdes.timeWindowedSerdeFrom`: the
+    key's bytes, then the window start as an 8-byte big-endian long), the value a JSON object of the
+    aggregations, the record timestamp as `ts`; the topic's partition and offset give the emission order.
+    """
+    df = df.withColumn("key", F.col("key").cast("binary"))
+    short = df.where(F.col("key").isNull() | (F.length("key") < 9)).limit(1).collect()
+    if short:
+        raise SourceError(f"{where}: the record at partition {short[0]['partition']} offset {short[0]['offset']} has "
+                          "no time-windowed key (the key's bytes, then the window start as 8 bytes, as "
+                          "WindowedSerdes.timeWindowedSerdeFrom writes it); give the archive of the aggregate's "
+                          "output topic")
+    start = F.conv(F.hex(F.expr("substring(key, -8, 8)")), 16, 10).cast("long")
+    inner = F.expr("substring(key, 1, length(key) - 8)")
+    parsed = F.from_json(F.col("value").cast("string"), values)
+    return df.select(inner.cast("string").alias("key"), start.alias("window_start"),
+                     (start + F.lit(size_ms)).alias("window_end"),
+                     *[parsed[f.name].alias(f.name) for f in values.fields],
+                     F.col("timestamp").cast("long").alias("ts"), "partition", "offset")

@@ -253,7 +253,9 @@ def conformance(
                 if not as_json:
                     err.print(f"[dim]- {kind}: {scenarios} scenarios (seed {seed}), engines {', '.join(engines)}, "
                               f"Kafka Streams {', '.join(chosen)}[/]", highlight=False)
-                rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures)
+                rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures,
+                                 progress=(lambda _: None) if as_json else
+                                 (lambda line: err.print(f"[dim]{line}[/]", highlight=False)))
         differing = sum(len(r.differences) for _, r in rows)
         if as_json:
             print(json.dumps({"seed": seed, "results": [{"kafka_streams": v, **r.to_dict()} for v, r in rows],

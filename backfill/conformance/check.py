@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,23 +149,32 @@ def spark_summary(job: Path, execute: Execute) -> dict[str, Any]:
 
 
 def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tuple[str, ...],
-             execute: Execute | None, work: Path, repro_dir: Path | None) -> list[tuple[str, KindResult]]:
+             execute: Execute | None, work: Path, repro_dir: Path | None,
+             progress: Callable[[str], None] = lambda _: None) -> list[tuple[str, KindResult]]:
     """Draw `count` scenarios of one kind, run our engines once, judge with every Kafka Streams version.
 
     The first differences of each engine are shrunk and written as job folders under `repro_dir`.
     """
     scenarios = generate(kind, count, seed)
     job = write_job(work / kind, scenarios, name=f"conformance-{kind}")
+    records = sum(len(sc.records) for sc in scenarios)
+    started = time.monotonic()
     ref, order = reference_summary(job)
     attach_order(scenarios, order)
+    progress(f"  reference engine: {records:,} records in {time.monotonic() - started:.1f} s")
     summaries = {"reference": Index(ref)}
     if "spark" in engines:
         if execute is None:
             raise ValueError("the Spark engine needs an executor")
+        started = time.monotonic()
         summaries["spark"] = Index(spark_summary(job, execute))
+        progress(f"  Spark engine: {records:,} records in {time.monotonic() - started:.1f} s")
     out = []
     for version in versions:
+        started = time.monotonic()
+        progress(f"  Kafka Streams {version}: replaying {len(scenarios):,} scenarios (TopologyTestDriver, one per task)")
         reported, judged = judge(scenarios, version)
+        progress(f"  Kafka Streams {version}: done in {time.monotonic() - started:.1f} s")
         result = KindResult(kind, len(scenarios), sum(len(sc.records) for sc in scenarios),
                             sum(len(j.rows) for j in judged.values()), sum(j.dropped for j in judged.values()))
         for engine in engines:
@@ -179,6 +189,8 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
         if repro_dir is not None:
             for engine in engines:
                 for diff in [d for d in result.differences if d.engine == engine][:2]:
+                    progress(f"  shrinking the {engine} difference on scenario {diff.scenario.id} "
+                             f"({len(diff.scenario.records)} records)")
                     diff.repro = str(write_repro(diff, shrink(diff, version, work), reported, repro_dir))
         out.append((reported, result))
     return out

@@ -27,11 +27,15 @@ def _demo_copy(root: Path) -> Path:
     return root / "jobs" / "demo.yaml"
 
 
-def _run(job: Path, env: dict[str, str], *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "backfill.cli", "run", str(job), "--json", *args], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+def _start(job: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "backfill.cli", "run", str(job), "--json", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
 
 
 def _table(path: Path) -> list[str]:
@@ -42,9 +46,10 @@ def _table(path: Path) -> list[str]:
 def test_demo_job_on_a_standalone_cluster_equals_local_mode(tmp_path):
     local_job, cluster_job = _demo_copy(tmp_path / "local"), _demo_copy(tmp_path / "cluster")
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
-    local = _run(local_job, env, "--profile", "local")
+    running = _start(local_job, env, "--profile", "local")  # meanwhile the cluster starts
     with standalone_cluster(tmp_path / "spark") as master:
-        clustered = _run(cluster_job, {**env, "BACKFILL_MASTER": master}, "--profile", "cluster")
+        local = _finish(running)
+        clustered = _finish(_start(cluster_job, {**env, "BACKFILL_MASTER": master}, "--profile", "cluster"))
     assert not cluster_processes(tmp_path / "spark")
     for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop"):
         assert _table(tmp_path / "cluster" / "data" / "gold" / name) == _table(tmp_path / "local" / "data" / "gold" / name)

@@ -74,12 +74,12 @@ def _setup(folder: Path, records: list[dict[str, Any]]) -> Path:
 def test_a_run_killed_at_any_stage_leaves_every_table_whole_and_the_next_run_completes(tmp_path):
     old_input, new_input = _records(60, 0), _records(60, 0) + _records(90, 7)[60:]
     expected = _setup(tmp_path / "expected", new_input)
-    assert _cli(expected).wait(300) == 0
-    new = _state(expected)
-
     subject = _setup(tmp_path / "subject", old_input)
-    assert _cli(subject).wait(300) == 0
-    old = _state(subject)
+    runs = [_cli(expected), _cli(subject)]  # two folders, two runs at once
+    for r in runs:
+        r.communicate(timeout=300)
+    assert [r.returncode for r in runs] == [0, 0]
+    new, old = _state(expected), _state(subject)
     assert old != new
     write_jsonl(subject / "in.jsonl", new_input)  # late data arrived: the range must be republished
 

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from backfill.errors import SourceError
 from backfill.io.delta import append_delta, is_delta_table, read_delta
-from backfill.io.kafka import OffsetRange, TIMEOUT_S, client_config, partitions, read_kafka
+from backfill.io.kafka import READ_COMMITTED, OffsetRange, TIMEOUT_S, client_config, partitions, read_kafka
 from backfill.jobspec.models import KafkaSpec
 
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestamp_type", "headers")
@@ -33,16 +33,18 @@ def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
     for r in ranges:
         gap = f"; offsets {gaps[r.partition][0]}..{gaps[r.partition][1] - 1} were deleted by retention before they " \
               "were archived" if r.partition in gaps else ""
-        progress(f"partition {r.partition}: offsets {r.start}..{r.end - 1} ({r.records:,} new records){gap}"
+        progress(f"partition {r.partition}: offsets {r.start}..{r.end - 1} ({r.records:,} new offsets){gap}"
                  if r.records else f"partition {r.partition}: up to date at offset {r.end}{gap}")
     total = sum(r.records for r in ranges)
-    version = None
+    version, rows = None, 0
     if total:
         records = read_kafka(spark, spec, [r for r in ranges if r.records]).select(
             "topic", "partition", "offset", "key", "value", F.unix_millis("timestamp").alias("timestamp"),
             "timestamp_type", "headers")
         version = append_delta(spark, records, path, metadata={"backfill.archive": topic})
-    return {"topic": topic, "path": path, "records": total, "version": version,
+        rows = _rows_added(path, version)
+    # offsets and records differ on transactional topics: commit markers and aborted records hold offsets
+    return {"topic": topic, "path": path, "records": rows, "offsets": total, "version": version,
             "partitions": {str(r.partition): {"from": r.start, "to": r.end, "records": r.records} for r in ranges},
             "gaps": {str(p): list(g) for p, g in gaps.items()}}
 
@@ -65,7 +67,7 @@ def _ranges(spec: KafkaSpec, parts: list[int], done: dict[int, int]
     """Per partition, the offsets after the archived ones up to the end; and the gaps retention made."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(client_config(spec.bootstrap))
+    consumer = Consumer({**client_config(spec.bootstrap), **READ_COMMITTED})
     try:
         marks = {p: consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=TIMEOUT_S) for p in parts}
     finally:
@@ -79,3 +81,11 @@ def _ranges(spec: KafkaSpec, parts: list[int], done: dict[int, int]
             start = low
         ranges.append(OffsetRange(p, start, max(high, start), low, high))
     return ranges, gaps
+
+
+def _rows_added(path: str, version: int) -> int:
+    """The rows a commit appended, from its metrics in the Delta log (no Spark job)."""
+    from deltalake import DeltaTable
+
+    commit = next(h for h in DeltaTable(path).history(5) if h.get("version") == version)
+    return int(commit.get("operationMetrics", {}).get("numOutputRows", 0))

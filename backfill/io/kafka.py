@@ -36,6 +36,11 @@ class OffsetRange:
         return max(self.end - self.start, 0)
 
 
+# End offsets are the last stable offset (a transaction still open ends the range before its first record),
+# and reads skip aborted transactions: the records a Kafka Streams application consumed or committed.
+READ_COMMITTED = {"isolation.level": "read_committed"}
+
+
 def client_config(bootstrap: str) -> dict[str, Any]:
     """librdkafka settings for short-lived admin and consumer clients (quiet: errors are ours to report)."""
     return {"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": int(TIMEOUT_S * 1000),
@@ -64,7 +69,7 @@ def resolve(spec: KafkaSpec, where: str, read_from: int | None, read_until: int 
     from confluent_kafka import Consumer, TopicPartition
 
     parts = partitions(spec.bootstrap, spec.topic, where)
-    consumer = Consumer(client_config(spec.bootstrap))
+    consumer = Consumer({**client_config(spec.bootstrap), **READ_COMMITTED})
     try:
         marks = {p: consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=TIMEOUT_S) for p in parts}
         starts = _bound(consumer, spec.topic, parts, read_from, marks, low=True) if by_time and read_from is not None \
@@ -138,7 +143,9 @@ def read_kafka(spark: SparkSession, spec: KafkaSpec, ranges: list[OffsetRange]) 
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
           .option("subscribe", spec.topic).option("startingOffsets", json.dumps(starting))
           .option("endingOffsets", json.dumps(ending)).option("includeHeaders", "true")
-          .option("failOnDataLoss", "true").load())
+          .option("failOnDataLoss", "true")
+          # what a consumer of the topic sees: never the records of aborted (or still open) transactions
+          .option("kafka.isolation.level", "read_committed").load())
     return df.withColumnRenamed("timestampType", "timestamp_type")
 
 

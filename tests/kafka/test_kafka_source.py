@@ -184,3 +184,45 @@ sinks:
 """)
     code, _, err = _run(job)
     assert code == 2 and "not co-partitioned" in err and "l: 2" in err and "r: 3" in err
+
+
+def test_transactional_topics_are_read_as_committed_only(tmp_path, kafka_broker, spark):
+    """Aborted records (a crashed exactly-once producer's) are never archived; an open transaction waits."""
+    from confluent_kafka import Producer
+
+    from backfill.io.archive import archive_topic
+
+    topic = f"tx{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": topic, "log_level": 0})
+    producer.init_transactions(60)
+
+    def transaction(values: list[str], commit: bool | None) -> None:
+        producer.begin_transaction()
+        for v in values:
+            producer.produce(topic, key=b"k", value=v.encode(), partition=0, timestamp=BASE)
+        producer.flush(30)
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+
+    transaction(["c0", "c1"], True)
+    transaction(["a0", "a1", "a2"], False)
+    transaction(["d0"], True)
+    transaction(["o0", "o1"], None)  # still open while the archive runs
+    path = str(tmp_path / "archive")
+
+    def archived() -> list[tuple[int, bytes]]:
+        from deltalake import DeltaTable
+
+        return sorted((r["offset"], r["value"]) for r in DeltaTable(path).to_pyarrow_table().to_pylist())
+
+    first = archive_topic(spark, kafka_broker.bootstrap, topic, path)
+    # offsets 0-1 committed, 2 a marker, 3-5 aborted, 6 a marker, 7 committed, 8 a marker; 9- the open transaction
+    assert archived() == [(0, b"c0"), (1, b"c1"), (7, b"d0")]
+    assert (first["records"], first["offsets"]) == (3, 9)
+    producer.commit_transaction(30)
+    second = archive_topic(spark, kafka_broker.bootstrap, topic, path)
+    assert archived() == [(0, b"c0"), (1, b"c1"), (7, b"d0"), (9, b"o0"), (10, b"o1")]
+    assert second["records"] == 2

@@ -40,11 +40,13 @@ RESTART_BEFORE = 1_881
 class LiveApp:
     """One instance of the application: a JVM that prints RUNNING when it runs and closes cleanly on SIGTERM."""
 
-    def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, state: Path, log: Path) -> None:
+    def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, state: Path, log: Path,
+                 guarantee: str = "at_least_once", commit_ms: int = 1000, halt_after: int = 0) -> None:
         classpath = f"{LIB / 'harness' / '*'}{os.pathsep}{LIB / f'kafka-streams-{VERSION}' / '*'}"
         self.log = log
         self.proc = subprocess.Popen(["java", "-cp", classpath, "io.backfill.harness.Live", bootstrap, app_id, source,
-                                      sink, str(state)], stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
+                                      sink, str(state), guarantee, str(commit_ms), str(halt_after)],
+                                     stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.reader = threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in self.proc.stdout],
                                        daemon=True)
@@ -65,6 +67,25 @@ class LiveApp:
         self.reader.join(timeout=10)
         said = list(self.lines.queue)
         assert "CLOSED" in said, f"{said} {self.log.read_text()[-2000:]}"
+
+
+def _data_records(bootstrap: str, topic: str, partitions: int, isolation: str) -> int:
+    """How many data records a consumer with `isolation` reads from the whole topic (markers are never read)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**client_config(bootstrap), "isolation.level": isolation})
+    try:
+        parts = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen, deadline = 0, time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen += sum(1 for msg in consumer.consume(500, timeout=1) if msg.error() is None)
+            if all(tp.offset >= ends[tp.partition] for tp in consumer.position(parts)):
+                return seen
+        raise AssertionError(f"{topic}: not read to its end offsets {ends} in 60 s")
+    finally:
+        consumer.close()
 
 
 def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -154,3 +175,44 @@ def test_live_application_restarted_midway_reconciles(kafka_broker: Any, spark: 
     differing = [x for x in section["samples"] if x["category"] != "match"]
     assert [(x["key"], x["window_start"], x["cause"], x["r_clicks"] - x["l_clicks"], x["_rows"]) for x in differing] \
         == [("user-023", 1_704_067_500_000, "late_drop_differs", 1, 2)]
+
+
+def test_an_exactly_once_application_crashed_midway_reconciles_to_a_match(kafka_broker: Any, spark: Any,
+                                                                             tmp_path: Path) -> None:
+    """exactly_once_v2, the JVM halted mid-transaction (no close, no commit): its outputs so far are aborted,
+    its state is restored from the changelog, the input reprocessed from the last commit; a read_committed
+    archive of the output then matches the backfill exactly."""
+    from backfill.io.archive import archive_topic
+
+    bootstrap, tag = kafka_broker.bootstrap, uuid.uuid4().hex[:8]
+    source, sink, app_id = f"clicks-{tag}", f"clicks-per-user-1m-{tag}", f"live-eos-{tag}"
+    create_topic(bootstrap, source, 2)
+    create_topic(bootstrap, sink, 2)
+    cols, _ = _clicks(4_000, 2, 11)
+    records = [{"partition": p, "key": k, "value": v, "timestamp": t}
+               for p, k, v, t in zip(cols["partition"], cols["key"], cols["value"], cols["timestamp"])]
+    state, log = tmp_path / "state", tmp_path / "app.log"
+    produce(bootstrap, source, records[:RESTART_BEFORE])
+    # one transaction per 10 s: the halt comes inside the first, after windows were emitted into it
+    crashing = LiveApp(bootstrap, app_id, source, sink, state, log, "exactly_once_v2", 10_000, halt_after=1_500)
+    assert crashing.proc.wait(timeout=120) == 137
+    live = LiveApp(bootstrap, app_id, source, sink, state, log, "exactly_once_v2", 1_000)
+    produce(bootstrap, source, records[RESTART_BEFORE:])
+    _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
+    live.stop()
+    uncommitted = _data_records(bootstrap, sink, 2, "read_uncommitted")
+    committed = _data_records(bootstrap, sink, 2, "read_committed")
+    assert uncommitted > committed > 0  # the crash left aborted outputs in the topic
+
+    archive_topic(spark, bootstrap, source, str(tmp_path / "in"))
+    out = archive_topic(spark, bootstrap, sink, str(tmp_path / "out"))
+    assert out["records"] == committed
+    job = _job(tmp_path, tmp_path / "in", tmp_path / "out")
+    ran = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    checked = CliRunner().invoke(app, ["verify", str(job), "--json", "--report", str(tmp_path / "report")])
+    verdict = json.loads(checked.stdout)
+    section = verdict["sections"][0]
+    print(json.dumps({"aborted": uncommitted - committed, "committed": committed, "counts": section["counts"]}))
+    assert checked.exit_code == 0 and verdict["verdict"] == "match", section["counts"]
+    assert section["counts"]["match"] == committed

@@ -4,6 +4,7 @@ import java.time.Duration;
 import java.util.Locale;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
@@ -28,8 +29,10 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
  * start as 8 bytes), the value a JSON object {@code {"clicks": n, "amount": x, "pages": "..."}}.
  *
  * <p>Arguments: bootstrap application-id input-topic output-topic state-dir
- * [at_least_once|exactly_once_v2] [commit-interval-ms]. Prints {@code RUNNING} once the application is
- * running; SIGTERM closes it cleanly (its offsets committed, its state checkpointed) and prints {@code CLOSED}.
+ * [at_least_once|exactly_once_v2] [commit-interval-ms] [halt-after-n-records]. Prints {@code RUNNING} once
+ * the application is running; SIGTERM closes it cleanly (its offsets committed, its state checkpointed) and prints {@code CLOSED}.
+ * With halt-after-n-records, the JVM halts (no shutdown hook, no commit, no flush: a crash) while processing
+ * the n-th record it reads.
  */
 public final class Live {
     private static final Duration SIZE = Duration.ofMinutes(1);
@@ -40,7 +43,8 @@ public final class Live {
 
     public static void main(String[] args) throws InterruptedException {
         if (args.length < 5) {
-            System.err.println("usage: Live bootstrap application-id input output state-dir [guarantee] [commit-ms]");
+            System.err.println("usage: Live bootstrap application-id input output state-dir [guarantee] [commit-ms] "
+                + "[halt-after]");
             System.exit(2);
         }
         Properties props = new Properties();
@@ -56,7 +60,8 @@ public final class Live {
         props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6000);
         props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1000);
 
-        KafkaStreams streams = new KafkaStreams(topology(args[2], args[3]), props);
+        long haltAfter = args.length > 7 ? Long.parseLong(args[7]) : 0;
+        KafkaStreams streams = new KafkaStreams(topology(args[2], args[3], haltAfter), props);
         CountDownLatch closed = new CountDownLatch(1);
         streams.setStateListener((now, before) -> {
             if (now == KafkaStreams.State.RUNNING) {
@@ -78,10 +83,16 @@ public final class Live {
         closed.await();
     }
 
-    static org.apache.kafka.streams.Topology topology(String input, String output) {
+    static org.apache.kafka.streams.Topology topology(String input, String output, long haltAfter) {
         StreamsBuilder builder = new StreamsBuilder();
         Serde<String> text = Serdes.String();
+        AtomicLong seen = new AtomicLong();
         builder.stream(input, Consumed.with(text, text))
+            .peek((key, click) -> {
+                if (haltAfter > 0 && seen.incrementAndGet() >= haltAfter) {
+                    Runtime.getRuntime().halt(137);
+                }
+            })
             .groupByKey()
             .windowedBy(TimeWindows.ofSizeAndGrace(SIZE, GRACE))
             .aggregate(() -> "0\t\t", (key, click, acc) -> add(acc, click), Materialized.with(text, text))

@@ -131,17 +131,24 @@ def _job(tmp: Path, clicks: Path, stream: Path) -> Path:
     return job
 
 
-def test_live_application_restarted_midway_reconciles(kafka_broker: Any, spark: Any, tmp_path: Path) -> None:
-    from backfill.io.archive import archive_topic
-
-    bootstrap, tag = kafka_broker.bootstrap, uuid.uuid4().hex[:8]
-    source, sink, app_id = f"clicks-{tag}", f"clicks-per-user-1m-{tag}", f"live-{tag}"
+def _topics_and_clicks(bootstrap: str) -> tuple[str, str, str, list[dict[str, Any]]]:
+    """Fresh input and output topics (2 partitions each), an application id, and the 4,000 demo clicks."""
+    tag = uuid.uuid4().hex[:8]
+    source, sink = f"clicks-{tag}", f"clicks-per-user-1m-{tag}"
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 2)
     cols, delays = _clicks(4_000, 2, 11)
+    assert delays and any(k is None for k in cols["key"])  # stragglers and keyless records are in the input
     records = [{"partition": p, "key": k, "value": v, "timestamp": t}
                for p, k, v, t in zip(cols["partition"], cols["key"], cols["value"], cols["timestamp"])]
-    assert delays and any(k is None for k in cols["key"])  # stragglers and keyless records are in the input
+    return source, sink, f"live-{tag}", records
+
+
+def test_live_application_restarted_midway_reconciles(kafka_broker: Any, spark: Any, tmp_path: Path) -> None:
+    from backfill.io.archive import archive_topic
+
+    bootstrap = kafka_broker.bootstrap
+    source, sink, app_id, records = _topics_and_clicks(bootstrap)
     state, log = tmp_path / "state", tmp_path / "app.log"
 
     live = LiveApp(bootstrap, app_id, source, sink, state, log)
@@ -184,13 +191,8 @@ def test_an_exactly_once_application_crashed_midway_reconciles_to_a_match(kafka_
     archive of the output then matches the backfill exactly."""
     from backfill.io.archive import archive_topic
 
-    bootstrap, tag = kafka_broker.bootstrap, uuid.uuid4().hex[:8]
-    source, sink, app_id = f"clicks-{tag}", f"clicks-per-user-1m-{tag}", f"live-eos-{tag}"
-    create_topic(bootstrap, source, 2)
-    create_topic(bootstrap, sink, 2)
-    cols, _ = _clicks(4_000, 2, 11)
-    records = [{"partition": p, "key": k, "value": v, "timestamp": t}
-               for p, k, v, t in zip(cols["partition"], cols["key"], cols["value"], cols["timestamp"])]
+    bootstrap = kafka_broker.bootstrap
+    source, sink, app_id, records = _topics_and_clicks(bootstrap)
     state, log = tmp_path / "state", tmp_path / "app.log"
     produce(bootstrap, source, records[:RESTART_BEFORE])
     # one transaction per 10 s: the halt comes inside the first, after windows were emitted into it

@@ -43,6 +43,11 @@ def check_version(version: str) -> None:
                         f"{', '.join(versions()) or 'none'}); add it to jvm/pom.xml and run scripts/setup.sh")
 
 
+def classpath(version: str) -> str:
+    """The harness and one Kafka Streams version's jars, never another version's."""
+    return os.pathsep.join([str(LIB / "harness" / "*"), str(LIB / f"kafka-streams-{version}" / "*")])
+
+
 def _field(value: object) -> str:
     text = NULL if value is None else str(value)
     if "\t" in text or "\n" in text:
@@ -75,8 +80,7 @@ def judge(scenarios: list[Scenario], version: str, timeout_s: float = 600) -> tu
 def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
     """Run the harness on its input text (the protocol of Replay.java); results for the scenario ids given."""
     check_version(version)
-    classpath = os.pathsep.join([str(LIB / "harness" / "*"), str(LIB / f"kafka-streams-{version}" / "*")])
-    proc = subprocess.run(["java", "-Xss4m", "-cp", classpath, "io.backfill.harness.Replay"], input=text,
+    proc = subprocess.run(["java", "-Xss4m", "-cp", classpath(version), "io.backfill.harness.Replay"], input=text,
                           capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])

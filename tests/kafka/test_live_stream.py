@@ -10,7 +10,6 @@ restart does is known exactly and verify must name it.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
@@ -25,7 +24,7 @@ import yaml
 from typer.testing import CliRunner
 
 from backfill.cli import app
-from backfill.conformance.harness import LIB
+from backfill.conformance.harness import classpath
 from backfill.demo import _clicks
 from backfill.io.kafka import client_config, create_topic, produce
 
@@ -42,9 +41,8 @@ class LiveApp:
 
     def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, state: Path, log: Path,
                  guarantee: str = "at_least_once", commit_ms: int = 1000, halt_after: int = 0) -> None:
-        classpath = f"{LIB / 'harness' / '*'}{os.pathsep}{LIB / f'kafka-streams-{VERSION}' / '*'}"
         self.log = log
-        self.proc = subprocess.Popen(["java", "-cp", classpath, "io.backfill.harness.Live", bootstrap, app_id, source,
+        self.proc = subprocess.Popen(["java", "-cp", classpath(VERSION), "io.backfill.harness.Live", bootstrap, app_id, source,
                                       sink, str(state), guarantee, str(commit_ms), str(halt_after)],
                                      stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
         self.lines: queue.Queue[str] = queue.Queue()

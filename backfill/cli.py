@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from backfill.errors import BackfillError, SpecError
+from backfill.execute import execute
 
 app = typer.Typer(help="Re-derive what a Kafka Streams application emitted, exactly, in PySpark batch jobs.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -110,7 +111,7 @@ def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOp
         profile: ProfileOpt = None, engine: EngineOpt = "spark") -> None:
     """Run the job: re-derive every operator's output for the range and publish it (Delta: replace the range)."""
     with handled():
-        summary = execute(job, parse_instant(start, "--start"), parse_instant(end, "--end"), profile, engine,
+        summary = execute(job, parse_instant(start, "--start"), parse_instant(end, "--end"), profile, engine, err,
                           quiet=as_json)
         if as_json:
             print(json.dumps(summary, indent=2, default=str))
@@ -118,41 +119,6 @@ def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOp
             from backfill.report import print_summary
 
             print_summary(out, summary)
-
-
-def execute(job: Path, start: int | None, end: int | None, profile: str | None, engine: str,
-            quiet: bool = False) -> dict[str, Any]:
-    """Load, plan and run a job; return the summary as a dict."""
-    from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
-
-    the_plan = build_plan(load_job(job), start, end)
-    if engine == "reference":
-        from backfill.reference.engine import run_reference
-
-        return run_reference(the_plan).to_dict()
-    if engine != "spark":
-        raise SpecError(f"--engine {engine!r} is not an engine; use spark or reference")
-    from backfill.io.lock import holding
-    from backfill.plan.evaluator import run_plan
-    from backfill.session import get_spark
-
-    with holding(the_plan.written_paths, the_plan.job.spec.name), \
-            err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
-        spark = get_spark(profile)
-
-        def progress(stage: str) -> None:
-            if status is not None:
-                status.update(stage)
-            elif not quiet:
-                err.print(f"[dim]- {stage}[/]", highlight=False)
-
-        return run_plan(the_plan, spark, progress).to_dict()
-
-
-@contextmanager
-def _nullctx() -> Iterator[None]:
-    yield None
 
 
 @app.command()
@@ -169,7 +135,7 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
         if engine == "reference":
             from backfill.reference.engine import run_reference
 
-            order = run_reference(the_plan).order
+            order = run_reference(the_plan.job, the_plan.start, the_plan.end).order
             rows = [r for task in sorted(order) for r in order[task]]
         else:
             from backfill.plan.evaluator import ordered_records
@@ -245,7 +211,7 @@ def conformance(
             check_version(version)
 
         def run_ours(job: Path, which: str) -> dict[str, Any]:
-            return execute(job, None, None, profile, which, quiet=True)
+            return execute(job, None, None, profile, which, err, quiet=True)
 
         rows = []
         with tempfile.TemporaryDirectory(prefix="backfill-conformance-") as work:
@@ -332,7 +298,7 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
         mapping = _pairs(maps or [], "--map", "col=source_col")
         tolerances = parse_tolerances(tolerance or [])
         folder = report or default_report_dir(the_plan.job.spec.name)
-        summary = execute(job, lo, hi, profile, "spark", quiet=as_json) if run_first else None
+        summary = execute(job, lo, hi, profile, "spark", err, quiet=as_json) if run_first else None
         from backfill.session import get_spark
 
         with _status("verifying", as_json) as progress:

@@ -438,13 +438,12 @@ def run_inexact(spark: Any, data: Path, schema_file: Path, out: Path, group: str
 
 
 def run_ref(job_file: Path) -> dict[str, Any]:
-    from backfill.plan.builder import build_plan
     from backfill.reference.engine import run_reference
     from backfill.jobspec.load import load_job
 
     with PeakRSS() as mem:
         t = time.perf_counter()
-        result = run_reference(build_plan(load_job(job_file), None, None))
+        result = run_reference(load_job(job_file))
         seconds = time.perf_counter() - t
     reasons: dict[str, int] = {}
     for row in result.ledger:

@@ -263,7 +263,7 @@ def check_reference(spark: Any, data: Path, work: Path, how: str, k: int, partit
     job = write_job(work / "jobs", small, out, how, partitions, sink="jsonl")
     run_plan(build_plan(load_job(job)), spark)
     started = time.perf_counter()
-    ref = run_reference(build_plan(load_job(job)))
+    ref = run_reference(load_job(job))
     seconds = time.perf_counter() - started
     fast = sorted(json.dumps(json.loads(line), sort_keys=True)
                   for line in (out / "j.jsonl").read_text().splitlines() if line.strip())

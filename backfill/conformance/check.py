@@ -128,10 +128,9 @@ def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]
 def reference_summary(job: Path) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
     """The reference engine's summary (outputs, ledger) and processing order per task."""
     from backfill.jobspec import load_job
-    from backfill.plan.builder import build_plan
     from backfill.reference.engine import run_reference
 
-    result = run_reference(build_plan(load_job(job), None, None))
+    result = run_reference(load_job(job))
     return result.to_dict(), result.order
 
 

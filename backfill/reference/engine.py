@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any
 
-from backfill.errors import NotImplementedYet, SourceError
-from backfill.ops.windows import TimeWindows
-from backfill.order.tasks import check_copartitioned
-from backfill.plan.definition import Plan
-from backfill.reference.expr import compile_aggregate, compile_fold
-from backfill.reference.records import read_records
+from backfill.errors import SourceError
+from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
+from backfill.reference.expr import compile_aggregate, compile_fold
+from backfill.reference.join import StreamJoin
+from backfill.reference.records import ledger_row, read_records
+from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 
 
 @dataclass
@@ -104,7 +104,7 @@ class Queue:
 
     def _ledger(self, rec: dict[str, Any], reason: str, detail: str | None, raw: Any) -> None:
         ptime = self.partition_time if self.partition_time >= 0 else None
-        self.result.ledger.append(_ledger_row(rec, None, reason, raw, ptime, None, detail=detail, range_time=ptime))
+        self.result.ledger.append(ledger_row(rec, None, reason, raw, ptime, None, detail=detail, range_time=ptime))
 
     def poll(self) -> dict[str, Any]:
         """Dequeue the head; partition time := max(partition time, ts)."""
@@ -123,17 +123,6 @@ def _field(value: Any, path: str) -> Any:
     return value
 
 
-def _ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp: Any, stream_time: int | None,
-                window: tuple[int, int] | None, detail: str | None = None, range_time: int | None = None
-                ) -> dict[str, Any]:
-    key = rec.get("key")
-    return {"source": rec["source"], "topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"],
-            "key": None if key is None else (key.hex() if isinstance(key, bytes) else str(key)),
-            "timestamp": timestamp, "operator": operator, "reason": reason, "detail": detail,
-            "stream_time": stream_time, "window_start": window[0] if window else None,
-            "window_end": window[1] if window else None, "range_time": range_time}
-
-
 class WindowAggregate:
     """KStreamWindowAggregate for one task: own stream time, per-window state, emit updates or final."""
 
@@ -141,7 +130,7 @@ class WindowAggregate:
         spec = op.aggregate
         assert spec is not None
         self.op, self.task, self.result = op, task, result
-        self.windows = TimeWindows.of(spec.window)
+        self.windows = Windows.of(op)
         self.emit = spec.emit
         self.aggs = {name: (compile_fold(a.fold.init, a.fold.step) if isinstance(a, FoldAggregation)
                             else compile_aggregate(a)) for name, a in spec.aggregations.items()}
@@ -152,7 +141,7 @@ class WindowAggregate:
         """kafka-streams.md 4.1, steps 1-5."""
         if rec["key"] is None:  # step 1: dropped, stream time not advanced
             st = self.stream_time if self.stream_time >= 0 else None
-            self.result.ledger.append(_ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
+            self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
                                                   range_time=rec["ts"]))
             return
         t = rec["ts"]
@@ -161,7 +150,7 @@ class WindowAggregate:
         for idx, start in enumerate(self.windows.starts_for(t)):
             end = start + self.windows.size
             if end <= close:  # step 5: end must be strictly greater than ST - G
-                self.result.ledger.append(_ledger_row(rec, self.op.name, "late", t, self.stream_time,
+                self.result.ledger.append(ledger_row(rec, self.op.name, "late", t, self.stream_time,
                                                       (start, end), range_time=start))
                 continue
             state = self.store.get((rec["key"], start))
@@ -194,53 +183,52 @@ class WindowAggregate:
                                                              "task": self.task})
 
 
-def run_reference(plan: Plan) -> ReferenceResult:
-    """Replay the whole plan record by record."""
+def run_reference(job: Job, start: int | None = None, end: int | None = None) -> ReferenceResult:
+    """Replay `job` record by record; keep the outputs and ledger rows of the range [start, end)."""
     started = time.time()
-    job = plan.job
-    result = ReferenceResult(job=job.spec.name, start=plan.start, end=plan.end)
-    for op in plan.operators:
-        if not op.implemented:
-            raise NotImplementedYet(f"operators.{op.name}: {op.not_implemented_reason}")
+    result = ReferenceResult(job=job.spec.name, start=start, end=end)
+    for op in job.spec.operators:
+        check_supported(op)
         result.outputs[op.name], result.incomplete[op.name] = [], []
+    bounds = read_bounds(job, start, end)
     queues_by_task: dict[int, list[Queue]] = defaultdict(list)
     partitions: dict[str, int] = {}
-    for sp in plan.sources:
-        spec = job.spec.sources[sp.name]
-        records = read_records(job, sp.name)
-        result.records_read[sp.name] = len(records)
+    for rank, (name, spec) in enumerate(job.spec.sources.items()):
+        records = read_records(job, name)
+        result.records_read[name] = len(records)
         for rec in records:  # a record with a partition and an offset waits in its queue; the others cannot
             if rec["partition"] is not None and rec["offset"] is not None:
                 continue
             if spec.on_error == "fail":
-                raise SourceError(f"sources.{sp.name}: a record is unreadable ({rec['_problem']})")
-            result.ledger.append(_ledger_row(rec, None, "unreadable", None, None, None, detail=rec["_problem"]))
+                raise SourceError(f"sources.{name}: a record is unreadable ({rec['_problem']})")
+            result.ledger.append(ledger_row(rec, None, "unreadable", None, None, None, detail=rec["_problem"]))
         by_partition: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for rec in records:
             if rec["partition"] is not None and rec["offset"] is not None:
                 by_partition[(rec["topic"], rec["partition"])].append(rec)
-        partitions[sp.name] = spec.partitions or max((p + 1 for _, p in by_partition), default=0)
+        partitions[name] = spec.partitions or max((p + 1 for _, p in by_partition), default=0)
+        read_from, read_until = bounds[name]
         for (_, partition), recs in sorted(by_partition.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-            queues_by_task[partition].append(Queue(sp.name, sp.rank, recs, spec.timestamp, spec.on_error, result,
-                                                   sp.read_from, sp.read_until, given_order=bool(spec.order_by)))
+            queues_by_task[partition].append(Queue(name, rank, recs, spec.timestamp, spec.on_error, result,
+                                                   read_from, read_until, given_order=bool(spec.order_by)))
     for op in job.spec.operators:
-        if op.kind == "join":  # co-partitioned inputs (declared `partitions:`, else max partition + 1)
+        if op.join is not None:  # co-partitioned inputs (declared `partitions:`, else max partition + 1)
             check_copartitioned({s: partitions.get(s, 0) for s in op.inputs}, op.name)
     for task in sorted(queues_by_task):
-        _run_task(plan, task, queues_by_task[task], result)
-    _apply_range(plan, result)
+        _run_task(job, task, queues_by_task[task], result)
+    _apply_range(job, result)
     result.duration_s = time.time() - started
     return result
 
 
-def _run_task(plan: Plan, task: int, queues: list[Queue], result: ReferenceResult) -> None:
+def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult) -> None:
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank)."""
-    ops = {op.name: _processor(op, task, result) for op in plan.job.spec.operators}
+    ops = {op.name: _processor(op, task, result) for op in job.spec.operators}
     seq = 0
     order = result.order.setdefault(task, [])
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
         seq += 1
-        for op in plan.job.spec.operators:
+        for op in job.spec.operators:
             if queue.source in op.inputs:
                 ops[op.name].process(rec, seq)
         order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
@@ -251,13 +239,9 @@ def _run_task(plan: Plan, task: int, queues: list[Queue], result: ReferenceResul
         agg.finish()
 
 
-def _processor(op: OperatorSpec, task: int, result: ReferenceResult) -> Any:
+def _processor(op: OperatorSpec, task: int, result: ReferenceResult) -> WindowAggregate | StreamJoin:
     """One operator instance per task, by kind."""
-    if op.kind == "join":
-        from backfill.reference.join import StreamJoin  # it reuses this module's ledger rows
-
-        return StreamJoin(op, task, result)
-    return WindowAggregate(op, task, result)
+    return StreamJoin(op, task, result) if op.join is not None else WindowAggregate(op, task, result)
 
 
 def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[str, Any]]]:
@@ -279,13 +263,15 @@ def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[
             heapq.heappush(heap, (queue.head["ts"], queue.rank, i))
 
 
-def _apply_range(plan: Plan, result: ReferenceResult) -> None:
+def _apply_range(job: Job, result: ReferenceResult) -> None:
+    start, end = result.start, result.end
+
     def inside(value: int | None) -> bool:
         v = -1 if value is None else value
-        return (plan.start is None or v >= plan.start) and (plan.end is None or v < plan.end)
+        return (start is None or v >= start) and (end is None or v < end)
 
     for name in result.outputs:
-        column = "ts" if plan.job.spec.operator(name).kind == "join" else "window_start"  # a join row: its ts
+        column = "ts" if job.spec.operator(name).join is not None else "window_start"  # a join row: its ts
         result.outputs[name] = [r for r in result.outputs[name] if inside(r[column])]
         result.incomplete[name] = [r for r in result.incomplete[name] if inside(r[column])]
     result.ledger = [r for r in result.ledger if inside(r["range_time"])]

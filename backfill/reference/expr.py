@@ -87,6 +87,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from backfill.errors import SpecError
 from backfill.sqldialect import SparkSQL
 
 __all__ = [
@@ -108,8 +109,8 @@ __all__ = [
 ]
 
 
-class ExprError(ValueError):
-    """Expression cannot be parsed or uses something the reference engine does not support."""
+class ExprError(SpecError, ValueError):
+    """Expression cannot be parsed or uses something the reference engine does not support (exit code 2)."""
 
     def __init__(self, message: str, expression: str | None = None) -> None:
         super().__init__(message)

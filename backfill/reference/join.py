@@ -12,13 +12,11 @@ import struct
 from collections import defaultdict
 from typing import Any
 
-from backfill.ops.expressions import JOINER_FIELDS
-from backfill.ops.join import IMMEDIATE, JOINED, TRIGGERED, emit_seq, java_long
-from backfill.ops.windows import LEFT, RIGHT, JoinWindows
-from backfill.reference.expr import compile_scalar
 from backfill.jobspec.models import OperatorSpec
-
-JAVA_MAX = 2**63 - 1
+from backfill.reference.expr import compile_scalar
+from backfill.reference.records import ledger_row
+from backfill.reference.rules import (IMMEDIATE, JAVA_MAX, JOINED, JOINER_FIELDS, LEFT, RIGHT, TRIGGERED, JoinWindows,
+                                      java_long, join_emit_seq)
 
 
 def key_bytes(key: Any) -> bytes:
@@ -38,7 +36,7 @@ class StreamJoin:
         assert spec is not None
         self.name, self.task, self.result = op.name, task, result
         self.left, self.right = spec.left, spec.right
-        self.windows = JoinWindows.of(spec)
+        self.windows = JoinWindows.of(op)
         self.outer_sides = {"inner": set(), "left": {LEFT}, "outer": {LEFT, RIGHT}}[spec.how]
         self.joiner = compile_scalar(spec.value)
         self.stream_time = -1  # ST_j, shared by both processors (10.1)
@@ -128,12 +126,10 @@ class StreamJoin:
         left, right = (this, that) if side == LEFT else (that, this)
         value = self.joiner({"key": key, "left": left, "right": right})
         self.result.outputs[self.name].append({"key": key, "value": value, "ts": ts,
-                                               "emit_seq": emit_seq(out_seq, phase, idx), "task": self.task})
+                                               "emit_seq": join_emit_seq(out_seq, phase, idx), "task": self.task})
 
     def _ledger(self, rec: dict[str, Any], reason: str, stream_time: int) -> None:
-        from backfill.reference.engine import _ledger_row
-
-        self.result.ledger.append(_ledger_row(rec, self.name, reason, rec["ts"], stream_time, None,
+        self.result.ledger.append(ledger_row(rec, self.name, reason, rec["ts"], stream_time, None,
                                               range_time=rec["ts"]))
 
     def finish(self) -> None:

@@ -207,3 +207,15 @@ def _millis(value: Any) -> int | None:
             value = value.replace(tzinfo=dt.timezone.utc)
         return int(value.timestamp() * 1000)
     return None if value is None else int(value)
+
+
+def ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp: Any, stream_time: int | None,
+                window: tuple[int, int] | None, detail: str | None = None, range_time: int | None = None
+                ) -> dict[str, Any]:
+    """One row of the dropped-records ledger (LEDGER_SCHEMA's columns) for `rec`."""
+    key = rec.get("key")
+    return {"source": rec["source"], "topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"],
+            "key": None if key is None else (key.hex() if isinstance(key, bytes) else str(key)),
+            "timestamp": timestamp, "operator": operator, "reason": reason, "detail": detail,
+            "stream_time": stream_time, "window_start": window[0] if window else None,
+            "window_end": window[1] if window else None, "range_time": range_time}

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backfill.demo import generate_clicks, install_job
-from backfill.verify.sample import simulate
+from backfill.demo.stream import simulate
 
 
 def test_stream_sample_is_deterministic_with_restarts_duplicates_and_open_windows(tmp_path: Path) -> None:

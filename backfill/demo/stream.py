@@ -14,6 +14,7 @@ Rows carry the output topic's partition (the key's partition) and offset, in emi
 """
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,22 +22,21 @@ from typing import Any
 import pyarrow as pa
 
 from backfill.errors import SpecError
-from backfill.plan.builder import build_plan
+from backfill.jobspec import load_job
 from backfill.reference.engine import ReferenceResult, WindowAggregate
 from backfill.reference.records import read_records
-from backfill.jobspec import load_job
 
 
 def simulate(job_path: Path, operator: str, restarts: int = 3, duplicates: int = 2,
              partitions: int = 2) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The simulated streaming output of `operator` (final emission) and what was injected."""
-    plan = build_plan(load_job(job_path))
-    op = plan.job.spec.operator(operator)
-    if op.aggregate is None or op.aggregate.emit != "final" or plan.job.spec.sources[
+    job = load_job(job_path)
+    op = job.spec.operator(operator)
+    if op.aggregate is None or op.aggregate.emit != "final" or job.spec.sources[
             op.aggregate.input].timestamp.extractor != "record":
         raise SpecError(f"operators.{operator}: the stream sample simulates a final window aggregate over record "
                         "timestamps")
-    by_partition = _records(plan.job, op.aggregate.input)
+    by_partition = _records(job, op.aggregate.input)
     clean = _replay(op, by_partition, {})
     late = sorted((r for r in clean.ledger if r["reason"] == "late"), key=lambda r: (r["partition"], r["offset"]))
     picked = [late[i * len(late) // restarts] for i in range(restarts)] if late and restarts else []
@@ -89,10 +89,13 @@ def _replay(op: Any, by_partition: dict[int, list[dict[str, Any]]], restart_at: 
     return result
 
 
+def partition_for(key: str, partitions: int) -> int:
+    """A stable key -> partition map (crc32), so one key always lands in one partition like a producer's."""
+    return zlib.crc32(key.encode()) % partitions
+
+
 def _with_offsets(rows: list[dict[str, Any]], partitions: int, duplicates: int) -> list[dict[str, Any]]:
     """Output partition by key, offsets in emission order; a few rows written twice in a row."""
-    from backfill.demo import partition_for
-
     rows = sorted(rows, key=lambda r: (r["window_end"], str(r["key"])))
     twice = {i * len(rows) // (duplicates + 1) for i in range(1, duplicates + 1)} if rows and duplicates else set()
     offsets = [0] * partitions

@@ -5,7 +5,6 @@ import datetime as dt
 import json
 import random
 import shutil
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import backfill
 from backfill.errors import SpecError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import WindowSpec
+from backfill.demo.stream import partition_for
 
 TOPIC = "clicks"
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -32,7 +32,7 @@ WORK_DIR = "demo-output"
 SOURCE = "data/bronze/clicks"
 LEDGER = "data/ledger/clicks"
 GOLD = "data/gold"
-STREAM = "data/stream/clicks_per_user_1m"  # the simulated streaming output (backfill/verify/sample.py)
+STREAM = "data/stream/clicks_per_user_1m"  # the simulated streaming output (backfill/demo/stream.py)
 STREAM_OPERATOR = "clicks_per_user_1m"
 EXAMPLES = 5
 
@@ -44,11 +44,6 @@ ARCHIVE_SCHEMA = pa.schema([
 
 
 # ----------------------------------------------------------------------------- the sample
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """A stable key -> partition map (crc32), so one key always lands in one partition like a producer's."""
-    return zlib.crc32(key.encode()) % partitions
 
 
 def _user_weights() -> list[float]:
@@ -123,7 +118,7 @@ def generate_clicks(path: str, n: int = 20_000, partitions: int = 2, seed: int =
 
 def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> None:
     """Generate the sample under ./demo-output if missing, run the demo job, print the summary and the drops."""
-    from backfill.cli import execute
+    from backfill.execute import execute
     from backfill.report import print_summary
 
     work = Path.cwd() / WORK_DIR
@@ -134,7 +129,7 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
             err.print(f"[dim]generated {sample['records']:,} clicks ({sample['late_injected']} late, "
                       f"{sample['null_keys']} without key) in {WORK_DIR}/{SOURCE}[/]", highlight=False)
     job = install_job(work)
-    summary = execute(job, None, None, profile, "spark", quiet=as_json)
+    summary = execute(job, None, None, profile, "spark", err, quiet=as_json)
     ledger = _read_delta(work / LEDGER).to_pylist()
     windows = _windows(job)
     stream = stream_sample(work, job)
@@ -152,8 +147,8 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
 
 
 def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
-    """The bundled "streaming output" of the 1m operator, simulated from the same input (verify/sample.py)."""
-    from backfill.verify.sample import write_stream_sample
+    """The bundled "streaming output" of the 1m operator, simulated from the same input (demo/stream.py)."""
+    from backfill.demo.stream import write_stream_sample
 
     if (work / STREAM / "_delta_log").is_dir():
         return None
@@ -303,7 +298,7 @@ def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: boo
     Starts a local broker (127.0.0.1, temporary log) and stops it at the end; returns True when the run
     from the topic and the run from its archive published identical outputs and ledgers.
     """
-    from backfill.cli import execute
+    from backfill.execute import execute
     from backfill.io.archive import archive_topic
     from backfill.io.broker import start_broker
     from backfill.io.kafka import create_topic, produce
@@ -329,7 +324,7 @@ def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: boo
         for name, source in (("topic", {"format": "kafka", "kafka": {"bootstrap": broker.bootstrap, "topic": TOPIC}}),
                              ("archive", {"format": "delta", "path": f"../{SOURCE}"})):
             say(f"running the demo job from the {name}")
-            runs[name] = execute(_variant(work, name, source), None, None, profile, "spark", quiet=True)
+            runs[name] = execute(_variant(work, name, source), None, None, profile, "spark", err, quiet=True)
     same = {sink: _table_rows(work / "gold-topic" / sink) == _table_rows(work / "gold-archive" / sink)
             for sink in (*_windows(work / "jobs" / "demo.yaml"), "ledger")}
     if as_json:

@@ -103,7 +103,7 @@ def test_an_internal_error_is_one_line_and_its_traceback_only_with_backfill_debu
 @pytest.mark.spark
 def test_failed_expectations_exit_1_and_publish_nothing(tmp_path, spark, monkeypatch):
     from backfill.errors import ExpectationsFailed
-    from backfill.verify import expectations
+    from backfill.checks import expectations
 
     def failing(self, name, emit):  # what a failed window suite does: stop the publish of that output
         def audit(_staged):

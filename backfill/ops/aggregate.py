@@ -8,31 +8,162 @@ time including this record (4.1); else a `late` ledger row for that window. Stat
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
-from backfill.errors import NotImplementedYet
+from backfill.errors import NotImplementedYet, PublishError
+from backfill.jobspec.durations import format_duration
+from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
+from backfill.ops.base import InRange, Operator, OperatorCounts, OperatorResult, Publishable, in_source
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
-from backfill.jobspec.models import OperatorSpec
+
+if TYPE_CHECKING:
+    from backfill.checks.expectations import PublishChecks
+    from backfill.jobspec.load import Job
 
 FOLD_FIELDS = ("seq", "key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 
 
 @dataclass(frozen=True)
-class AggregateResult:
-    """What one aggregate operator produced (all lazy DataFrames)."""
+class WindowAggregate(Operator):
+    """A tumbling or hopping window aggregate by the record key, `emit: updates` or `final`."""
 
-    output: DataFrame
-    ledger: DataFrame
-    incomplete: DataFrame | None
-    cached: tuple[DataFrame, ...] = ()
-    # emit: final: every window with `_closed` and `_split`; publish writes the closed ones (`output`)
-    # and counts the open and split ones in the same pass
+    @classmethod
+    def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
+                 end: int | None) -> WindowAggregate:
+        """Compiles the aggregations; the cool-down is what closes the last window starting before `end`."""
+        agg = spec.aggregate
+        assert agg is not None
+        compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate")
+        w = agg.window
+        base = {"name": spec.name, "kind": "aggregate", "inputs": (agg.input,), "emit": agg.emit, "sink": sink,
+                "spec": spec, "index": index}
+        if w.type not in ("tumbling", "hopping"):
+            return cls(**base, window=w.type, implemented=False,
+                       not_implemented_reason=f"{w.type} windows are not implemented yet")
+        size, advance, grace = w.size_ms, w.advance_ms, w.grace_ms
+        text = (f"{w.type} size {format_duration(size)}" + (f" advance {format_duration(advance)}"
+                                                            if w.type == "hopping" else "")
+                + f" grace {format_duration(grace)}")
+        why = []
+        if start is not None:
+            why.append(f"warm-up: records with timestamp >= {start} are read; an older record cannot fall into a "
+                       "window starting at or after --start, nor raise stream time above a record that does")
+        last_start = close = None
+        if end is not None:
+            last_start = (end - 1) // advance * advance
+            close = last_start + size + grace
+            why.append(f"cool-down: windows up to start {last_start} close when stream time reaches {close} "
+                       f"(start + size + grace); each partition is processed up to its first record at or after it")
+        return cls(**base, window=text, cooldown_ms=size + grace, last_window_start=last_start, close_time=close,
+                   why=tuple(why))
+
+    @property
+    def windows(self) -> TimeWindows:
+        """Size, advance and grace."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        return TimeWindows.of(self.spec.aggregate.window)
+
+    def stream_time_columns(self) -> dict[str, Column]:
+        """Its own stream time, over the records that reach it (4.1)."""
+        assert self.spec is not None
+        return {self.stream_time: reaches(self.spec)}
+
+    def reads(self) -> frozenset[str] | None:
+        """`seq` for order-dependent results (emit: updates, folds, first/last/...); `timestamp` and `headers`
+        for folds, or where an aggregation names them (a textual test: a mention in a string literal keeps
+        the column, harmless)."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        read = set()
+        if self.emit == "updates" or any(a.order_sensitive for a in aggs):
+            read.add("seq")
+        texts = [t for a in aggs for t in (a.sql, a.init, a.step) if t]
+        for column in ("timestamp", "headers"):
+            if any(a.is_fold for a in aggs) or any(column in t for t in texts):  # a fold sees whole records
+                read.add(column)
+        return frozenset(read)
+
+    def ledger_candidates(self) -> Column | None:
+        """Records with at least one late window."""
+        return F.coalesce(late_windows(self.windows, self.stream_time)["late"] > 0, F.lit(False))
+
+    def count_columns(self, live: Column) -> list[Column]:
+        """Records in, null keys, contributing records, late (record, window) pairs, last stream time per task."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        mine = in_source(self.spec.aggregate.input) & live
+        wc = late_windows(self.windows, self.stream_time)
+        reach = mine & F.col("key").isNotNull()
+        return [F.count(F.when(mine, 1)).alias(self.stat("in")),
+                F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
+                F.count(F.when(reach & wc["contributing"], 1)).alias(self.stat("contrib")),
+                F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(self.stat("late")),
+                F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
+
+    def counts(self, rows: list[Any]) -> OperatorCounts:
+        """A record with a null key is dropped; one whose every window is late is dropped as late."""
+        counts = OperatorCounts(dropped={"null_key": 0})
+        for r in rows:
+            if r[self.stat("st")] is not None and r["task"] is not None:
+                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
+                                                          r[self.stat("st")])
+            counts.records_in += r[self.stat("in")]
+            counts.contributing += r[self.stat("contrib")]
+            counts.late_pairs += int(r[self.stat("late")] or 0)
+            counts.dropped["null_key"] += r[self.stat("nullkey")]
+        counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
+        return counts
+
+    def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
+        """Updates in processing order, or the windows closed at the end of the data."""
+        assert self.spec is not None
+        return aggregate(self.spec, processed, self.stream_time, counts.final_stream_time, dropped)
+
+    def output_audit(self, checks: PublishChecks) -> Callable[[DataFrame], None] | None:
+        """The window suite and (key, window_start) or (task, emit_seq) uniqueness."""
+        return checks.for_output(self.name, self.emit)
+
+
+@dataclass(frozen=True)
+class FinalWindows(OperatorResult):
+    """emit: final: `windows` holds every window with `_closed` and `_split`. The pass that writes the closed
+    ones also counts the open ones and the windows kept by several tasks (Observation metrics), instead of
+    caching every window for several passes."""
+
     windows: DataFrame | None = None
+    operator: str = ""
+
+    def publishable(self, in_range: InRange) -> Publishable:
+        """The closed windows in range; the open ones counted; a window kept by two tasks refused."""
+        assert self.windows is not None
+        seen = Observation()
+        observed = self.windows.where(in_range(self.range_column)).observe(
+            seen, F.count(F.when(~F.col("_closed"), 1)).alias("incomplete"),
+            F.count(F.when(F.col("_split"), 1)).alias("split"),
+            F.max(F.when(F.col("_split"), F.col("key"))).alias("key"))
+        output = observed.where("_closed").select(*final_columns(self.windows))
+
+        def metrics() -> dict[str, Any]:
+            # filled by the first action on `output` (the sink's write); a sink that audits before it
+            # writes (delta-spark) gets them from one extra pass
+            if seen._jo is None or not seen._jo.future().isCompleted():
+                output.write.format("noop").mode("overwrite").save()
+            return seen.get
+
+        def refuse_split(staged: DataFrame) -> None:
+            found = metrics()
+            if found["split"]:
+                raise PublishError(f"operators.{self.operator}: key {found['key']!r} occurs in several partitions, "
+                                   f"so several tasks kept a window for it ({found['split']} windows) and the final "
+                                   "output would not be unique per (key, window_start); nothing was published")
+
+        return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
 
 
 def reaches(op: OperatorSpec) -> Column:
@@ -51,7 +182,7 @@ def late_windows(windows: TimeWindows, st: str) -> dict[str, Column]:
 
 
 def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int, int] | None = None,
-              dropped: DataFrame | None = None) -> AggregateResult:
+              dropped: DataFrame | None = None) -> OperatorResult:
     """Run one aggregate operator over task-ordered records; `st` names its stream-time column.
 
     `final_st` maps each task to its stream time at the end of the data (needed by emit: final).
@@ -81,11 +212,12 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
                        window_end=F.col("window_end"), range_time=F.col("window_start"))
     accepted = _pairs(keyed, windows, st).where("_accepted")
     if spec.emit == "updates":
-        return AggregateResult(output=_updates(accepted, aggs, windows), ledger=null_keys.unionByName(late),
-                               incomplete=None)
+        return OperatorResult(output=_updates(accepted, aggs, windows), ledger=null_keys.unionByName(late),
+                              range_column="window_start")
     all_windows = _final(accepted, aggs, windows, final_st or {})
-    return AggregateResult(output=all_windows.where("_closed").select(*final_columns(all_windows)),
-                           ledger=null_keys.unionByName(late), incomplete=None, windows=all_windows)
+    return FinalWindows(output=all_windows.where("_closed").select(*final_columns(all_windows)),
+                        ledger=null_keys.unionByName(late), range_column="window_start", windows=all_windows,
+                        operator=op.name)
 
 
 def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:

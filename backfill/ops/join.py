@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from pyspark import StorageLevel
@@ -23,10 +24,16 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.errors import PublishError, SpecError
+from backfill.jobspec.durations import format_duration
+from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
-from backfill.jobspec.models import JoinSpec, OperatorSpec
+
+if TYPE_CHECKING:
+    from backfill.jobspec.load import Job
 
 NULL_VALUE = "null_value"
 EXPIRED = "expired"
@@ -45,13 +52,88 @@ def emit_seq(out_seq: int, phase: int, idx: int) -> int:
 
 
 @dataclass(frozen=True)
-class JoinResult:
-    """What one join produced (lazy DataFrames); `cached` frames are released after publishing."""
+class StreamJoin(Operator):
+    """A KStream-KStream join: inner, left or outer, JoinWindows before/after/grace (10)."""
 
-    output: DataFrame
-    ledger: DataFrame
-    incomplete: DataFrame | None
-    cached: tuple[DataFrame, ...] = ()
+    range_column = "ts"  # a join row's range is its timestamp
+
+    @classmethod
+    def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
+                 end: int | None) -> StreamJoin:
+        """Co-partitioned inputs with one key serde; warm-up from before/after/grace, no cool-down cut."""
+        join_spec = spec.join
+        assert join_spec is not None
+        joiner_sql(join_spec.value, f"{job.path}: operators.{spec.name}.join.value")  # parses, names in scope
+        w = JoinWindows.of(join_spec)
+        text = (f"{join_spec.how}, before {format_duration(w.before)} after {format_duration(w.after)} grace "
+                f"{format_duration(w.grace)}" + (" (eager: spurious-result fix off)" if w.eager else ""))
+        base = {"name": spec.name, "kind": "join", "inputs": tuple(spec.inputs), "window": text, "emit": "updates",
+                "sink": sink, "spec": spec, "index": index}
+        if join_spec.left == join_spec.right:
+            return cls(**base, implemented=False, not_implemented_reason=(
+                "self-joins (left and right the same source) are not implemented; declare the topic twice"))
+        formats = {s: job.spec.sources[s].key.format for s in spec.inputs}
+        if len(set(formats.values())) > 1:
+            raise SpecError(f"{job.path}: operators.{spec.name}.join: key formats differ ({join_spec.left}: "
+                            f"{formats[join_spec.left]}, {join_spec.right}: {formats[join_spec.right]}); "
+                            "co-partitioned join inputs share one key serde")
+        # a result at ts >= start pairs records >= start - max(before, after); one retention more lets the
+        # outer store settle (its emission heuristic depends on history, kafka-streams.md 10.4 step 1)
+        warmup = max(w.before, w.after, 0) + w.retention
+        why = []
+        if start is not None:
+            why.append(f"warm-up: records with timestamp >= {start - warmup} are read (max(before, after) + before "
+                       "+ after + grace before --start): both records of every result at or after --start")
+        if end is not None:
+            why.append("cool-down: every record after --end is read: a join has no lateness cut-off (a late record "
+                       "still joins what the other store retains, kafka-streams.md 10.2)")
+        return cls(**base, warmup_ms=warmup, why=tuple(why))
+
+    @property
+    def join_spec(self) -> JoinSpec:
+        """The job's join."""
+        assert self.spec is not None and self.spec.join is not None
+        return self.spec.join
+
+    def stream_time_columns(self) -> dict[str, Column]:
+        """ST_j and both window stores' times."""
+        assert self.spec is not None
+        return stream_time_columns(self.spec, self.stream_time)
+
+    def count_columns(self, live: Column) -> list[Column]:
+        """Records reaching the join and those it skips for a null key or value (10.2 steps 2-3)."""
+        spec = self.join_spec
+        mine = F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull() & live
+        outer = {"inner": [], "left": [spec.left], "outer": [spec.left, spec.right]}[spec.how]
+        forwarded = (F.col("source").isin(*outer) if outer else F.lit(False)) & F.col("value").isNotNull()
+        return [F.count(F.when(mine, 1)).alias(self.stat("in")),
+                F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(self.stat("nullkey")),
+                F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
+                        ).alias(self.stat("nullvalue"))]
+
+    def counts(self, rows: list[Any]) -> OperatorCounts:
+        """Inputs and null drops; `expired` and `contributing` follow from the ledger (settle)."""
+        counts = OperatorCounts(kind="join", dropped={"null_key": 0, "null_value": 0})
+        for r in rows:
+            counts.records_in += r[self.stat("in")]
+            counts.dropped["null_key"] += r[self.stat("nullkey")]
+            counts.dropped["null_value"] += r[self.stat("nullvalue")]
+        return counts
+
+    def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
+        """Joined pairs, non-joined rows, the outer store's emissions; `expired` and null ledger rows."""
+        assert self.spec is not None
+        return join(self.spec, processed, self.stream_time)
+
+    def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
+        """Null drops counted per record must all be in the ledger; the rest of the input contributed."""
+        for reason in ("null_key", "null_value"):
+            if ledger.get(reason, 0) != counts.dropped[reason]:
+                raise PublishError(f"operators.{self.name}: conservation check failed ({ledger.get(reason, 0)} "
+                                   f"{reason} ledger rows, {counts.dropped[reason]} such records); nothing was "
+                                   "published")
+        counts.dropped["expired"] = ledger.get("expired", 0)
+        counts.contributing = counts.records_in - sum(counts.dropped.values())
 
 
 def outer_sides(spec: JoinSpec) -> tuple[int, ...]:
@@ -70,7 +152,7 @@ def stream_time_columns(op: OperatorSpec, st: str) -> dict[str, Column]:
             f"{st}_r": written & (F.col("source") == spec.right)}
 
 
-def join(op: OperatorSpec, ordered: DataFrame, st: str) -> JoinResult:
+def join(op: OperatorSpec, ordered: DataFrame, st: str) -> OperatorResult:
     """Run one stream-stream join over task-ordered records; `st` names its join stream-time column."""
     spec = op.join
     assert spec is not None
@@ -105,7 +187,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str) -> JoinResult:
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", F.expr(joiner).alias("value"), "ts",
                          _emit_seq_col(F.col("_out_seq"), F.col("_phase"), F.col("_idx")).alias("emit_seq"), "task")
-    return JoinResult(output=output, ledger=ledger, incomplete=incomplete, cached=cached)
+    return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete, cached=cached)
 
 
 def _records(ordered: DataFrame, spec: JoinSpec, st: str, w: JoinWindows) -> DataFrame:

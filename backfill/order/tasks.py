@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from backfill.errors import OrderingError
 
-MERGE_KEY = ("_pmax", "source_rank", "partition", "offset")
+MERGE_KEY = ("_partition_time", "source_rank", "partition", "offset")
 
 
 def task_window(given_order: bool) -> Window:
@@ -25,7 +25,8 @@ def task_window(given_order: bool) -> Window:
 
 def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
                   single_queue: bool = False) -> DataFrame:
-    """Add `task`, `seq` (1-based, per task), `_pmax`/`_pmax_before` and one stream time per operator.
+    """Add `task`, `seq` (1-based, per task), the partition time with and before the record, and one
+    stream time per operator (backfill/columns.py).
 
     `single_queue`: the job has one source (one topic), so each task has one queue and one sort suffices.
 
@@ -41,8 +42,9 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     else:
         queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
     # partition time so far (this record included) and before it; unordered ts (null) are ignored by max
-    df = df.withColumn("_pmax", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    df = df.withColumn("_pmax_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
+    so_far = queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    df = df.withColumn("_partition_time", F.max("ts").over(so_far))
+    df = df.withColumn("_partition_time_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
     order = queue if single_queue and not given_order else task_window(given_order)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     # seq counts the records the task processes (dropped ones are never polled), this one included

@@ -1,9 +1,12 @@
-"""The plan as data: what a run reads, processes and writes, and why (a frozen, printable object)."""
+"""Part: plan. What a run reads, processes and writes, and why: one frozen object, printed by `plan`, run by `run`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from backfill.jobspec.load import Job
+from backfill.jobspec.models import SourceSpec
+from backfill.ops.base import Operator
 
 
 @dataclass(frozen=True)
@@ -19,25 +22,11 @@ class SourcePlan:
     order: str
     read_from: int | None = None
     read_until: int | None = None
+    spec: SourceSpec | None = field(default=None, repr=False, compare=False)
 
-
-@dataclass(frozen=True)
-class OperatorPlan:
-    """One operator: its window, emit mode, output sink and the warm-up / cool-down it needs."""
-
-    name: str
-    kind: str
-    inputs: tuple[str, ...]
-    window: str
-    emit: str
-    sink: str | None
-    warmup_ms: int = 0
-    cooldown_ms: int = 0
-    last_window_start: int | None = None
-    close_time: int | None = None
-    why: tuple[str, ...] = ()
-    implemented: bool = True
-    not_implemented_reason: str | None = None
+    def describe(self) -> dict[str, Any]:
+        """The printed fields, JSON-ready (not the job's own source spec)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +37,7 @@ class Plan:
     start: int | None
     end: int | None
     sources: tuple[SourcePlan, ...]
-    operators: tuple[OperatorPlan, ...]
+    operators: tuple[Operator, ...]
     ledger_sink: str | None
     runs_sink: str | None
     notes: tuple[str, ...] = field(default=())
@@ -67,3 +56,8 @@ class Plan:
     def source(self, name: str) -> SourcePlan:
         """The plan of source `name`."""
         return next(s for s in self.sources if s.name == name)
+
+    @property
+    def given_order(self) -> bool:
+        """True when the sources carry their recorded processing order (`order_by`), not flow control."""
+        return any(s.spec is not None and s.spec.order_by for s in self.sources)

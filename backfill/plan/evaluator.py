@@ -1,4 +1,8 @@
-"""Execute a plan on Spark: read, extract timestamps, order, run operators, check, publish, record the run."""
+"""Part: plan. Execute a plan on Spark: read, extract timestamps, order, run each operator, account, check, publish.
+
+The loop is the same for every operator (`backfill.ops.base.Operator`): nothing here depends on what kind
+of operator it runs.
+"""
 from __future__ import annotations
 
 import functools
@@ -10,47 +14,26 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill import __version__
-from backfill.errors import NotImplementedYet, PublishError, SourceError, SpecError
+from backfill.columns import check_declared
+from backfill.checks.conservation import check_conservation, conservation_rows
+from backfill.checks.expectations import PublishChecks, warm_up
+from backfill.errors import NotImplementedYet, SourceError, SpecError
 from backfill.io.publish import complete_pending, publish
 from backfill.io.sinks import Staged, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
-from backfill.ops.aggregate import AggregateResult, aggregate, final_columns, late_windows, reaches
-from backfill.ops.expressions import compile_aggregations
-from backfill.ops.join import JoinResult, join, stream_time_columns
-from backfill.ops.windows import TimeWindows
+from backfill.ops.base import OperatorCounts, OperatorResult
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
 from backfill.ranges import in_range
-from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
-from backfill.verify.expectations import PublishChecks, warm_up
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class OperatorCounts:
-    """Conservation of one operator: in = contributing + dropped (by reason)."""
-
-    records_in: int = 0
-    contributing: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)
-    late_pairs: int = 0
-    outputs: int = 0
-    incomplete_windows: int = 0
-    final_stream_time: dict[int, int] = field(default_factory=dict)
-    kind: str = "aggregate"
-
-    @property
-    def balanced(self) -> bool:
-        """records_in == contributing + every dropped record."""
-        return self.records_in == self.contributing + sum(self.dropped.values())
 
 
 @dataclass
@@ -107,9 +90,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     progress("reading sources")
     records = _read_all(plan, spark, summary)
     progress("ordering records per task")
-    ops = plan.job.spec.operators
-    st_cols = _stream_times(ops)
-    ordered = order_records(records, st_cols, given_order=_given_order(plan), single_queue=len(plan.sources) == 1)
+    ordered = _ordered(plan, records)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
     # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
     # Only the columns later steps read: the checkpoint is a barrier to Spark's own pruning, and what is
@@ -122,21 +103,26 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     return summary
 
 
+def _ordered(plan: Plan, records: DataFrame) -> DataFrame:
+    """The records in each task's processing order, with every operator's stream-time columns."""
+    stream_times = {name: col for op in plan.operators for name, col in op.stream_time_columns().items()}
+    ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1)
+    check_declared(ordered)
+    return ordered
+
+
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
                    progress: Progress, started: float) -> None:
     """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails)."""
-    ops = plan.job.spec.operators
     progress("checking records")
     _record_stats(plan, ordered, summary)
     processed = _cut_cooldown(plan, ordered)
     progress("aggregating")
     # every record that can give a ledger row, found in one scan (a few percent of the records)
     dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-    results = {op.name: join(op, processed, _st(i)) if op.kind == "join" else
-               aggregate(op, processed, _st(i), summary.operators[op.name].final_stream_time, dropped)
-               for i, op in enumerate(ops)}
+    results = {op.name: op.run(processed, dropped, summary.operators[op.name]) for op in plan.operators}
     # the ledger is small (late records only) and read three times: count, check, write
-    ledger = _ledger(plan, dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
+    ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         late_rows = _check_ledger(plan, ledger, summary)
         progress("staging outputs")
@@ -148,20 +134,16 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         ledger.unpersist()
         dropped.unpersist()
         for result in results.values():
-            for frame in getattr(result, "cached", ()):
+            for frame in result.cached:
                 frame.unpersist()
 
 
 def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     """The records each task processes, in order, with every operator's stream time (for `inspect`)."""
     summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
-    records = _read_all(plan, spark, summary)
-    ops = plan.job.spec.operators
-    ordered = order_records(records, _stream_times(ops), _given_order(plan),
-                            single_queue=len(plan.sources) == 1)
-    kept = _cut_cooldown(plan, ordered).where(F.col("_drop").isNull())
+    kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary))).where(F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
-                       *[F.col(_st(i)).alias(f"stream_time_{op.name}") for i, op in enumerate(ops)])
+                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators])
 
 
 def _release(checkpointed: DataFrame) -> None:
@@ -174,57 +156,23 @@ def _release(checkpointed: DataFrame) -> None:
 def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
     """The ordered records' columns that the operators, counts, ledger and checks of this plan read.
 
-    Joins read whole records. An aggregate needs `seq` only for order-dependent results (emit:
-    updates, folds, first/last/...), `timestamp`/`headers` only for folds or where an aggregation
-    names them (a textual test: a mention in a string literal keeps the column, harmless), and
-    `_pmax_before` only for a cool-down cut (`read_until`).
+    `seq`, `timestamp` and `headers` stay when some operator reads them (`Operator.reads`; None: all);
+    the partition time before a record only for a cool-down cut (`read_until`).
     """
-    ops = plan.job.spec.operators
-    if any(op.kind != "aggregate" for op in ops) or _given_order(plan):
+    reads = [op.reads() for op in plan.operators]
+    if any(r is None for r in reads) or plan.given_order:
         return columns
-    drop: set[str] = set()
+    drop = {"seq", "timestamp", "headers"} - set().union(*[r for r in reads if r is not None])
     if not any(s.read_until is not None for s in plan.sources):
-        drop.add("_pmax_before")
-    texts: list[str] = []
-    ordered_output = folds = False
-    for op in ops:
-        assert op.aggregate is not None
-        aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate")
-        ordered_output |= op.aggregate.emit == "updates" or any(a.order_sensitive for a in aggs)
-        folds |= any(a.is_fold for a in aggs)  # a fold sees whole records (FOLD_FIELDS)
-        texts += [t for a in aggs for t in (a.sql, a.init, a.step) if t]
-    if not ordered_output:
-        drop.add("seq")
-    if not folds:
-        drop.update(c for c in ("timestamp", "headers") if not any(c in t for t in texts))
+        drop.add("_partition_time_before")
     return [c for c in columns if c not in drop]
-
-
-def _st(i: int) -> str:
-    return f"_st_{i}"
-
-
-def _stream_times(ops: list[OperatorSpec]) -> dict[str, Column]:
-    """Stream-time columns: one per aggregate; join stream time and both store times per join."""
-    cols: dict[str, Column] = {}
-    for i, op in enumerate(ops):
-        cols.update(stream_time_columns(op, _st(i)) if op.kind == "join" else {_st(i): reaches(op)})
-    return cols
-
-
-def _given_order(plan: Plan) -> bool:
-    specs = plan.job.spec.sources
-    given = {name for name in specs if specs[name].order_by}
-    if given and given != set(specs):
-        raise SourceError(f"sources: order_by is set on {', '.join(sorted(given))} but not on the others; "
-                          "a recorded order must cover every source of the job")
-    return bool(given)
 
 
 def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame:
     frames = []
     for sp in plan.sources:
-        spec = plan.job.spec.sources[sp.name]
+        spec = sp.spec
+        assert spec is not None
         read = read_source(spark, plan.job, sp.name, sp.rank, sp.read_from if sp.read_from is not None
                            else plan.start, sp.read_until)
         summary.inputs[sp.name] = read.manifest(sp.format)
@@ -249,31 +197,15 @@ def _check_value_formats(plan: Plan, frames: list[DataFrame]) -> None:
                         "sources as one table, so give them the same value.format (e.g. json)")
 
 
-def _window_counts(op: OperatorSpec, st: str) -> dict[str, Column]:
-    """Per-record arithmetic of late windows (no explode); property-tested against the reference engine."""
-    assert op.aggregate is not None
-    return late_windows(TimeWindows.of(op.aggregate.window), st)
-
-
 def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     """One pass of counts: per source and drop reason, per operator; fail on a fatal record."""
-    cols: list[Column] = [F.count(F.lit(1)).alias("n"),
-                          F.count(F.when(_beyond(plan), 1)).alias("beyond")]
-    for i, op in enumerate(plan.job.spec.operators):
-        if op.kind == "join":
-            cols += _join_stat_columns(plan, op, i)
-            continue
-        mine = (F.col("source") == op.inputs[0]) & F.col("_drop").isNull() & ~_beyond(plan)
-        wc = _window_counts(op, _st(i))
-        reach = mine & F.col("key").isNotNull()
-        cols += [F.count(F.when(mine, 1)).alias(f"in_{i}"),
-                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(f"nullkey_{i}"),
-                 F.count(F.when(reach & wc["contributing"], 1)).alias(f"contrib_{i}"),
-                 F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(f"late_{i}"),
-                 F.max(F.when(~_beyond(plan), F.col(_st(i)))).alias(f"st_{i}")]
+    live = ~_beyond(plan)
+    cols: list[Column] = [F.count(F.lit(1)).alias("n"), F.count(F.when(~live, 1)).alias("beyond")]
+    for op in plan.operators:
+        cols += op.count_columns(live)
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
-    defaults = [F.lit(spec.topic or name) for name, spec in plan.job.spec.sources.items()]
+    defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
     named = ~F.col("topic").isin(*defaults) & F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True))
     topic = F.when(named, F.xxhash64("topic"))
     cols += [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
@@ -300,54 +232,21 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     for src in summary.records_read:
         summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
             sum(summary.source_drops.get(src, {}).values())
-    for i, op in enumerate(plan.job.spec.operators):
-        if op.kind == "join":
-            summary.operators[op.name] = _join_counts(rows, i)
-            continue
-        counts = OperatorCounts(dropped={"null_key": 0})
-        for r in rows:
-            if r[f"st_{i}"] is not None and r["task"] is not None:
-                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1), r[f"st_{i}"])
-            counts.records_in += r[f"in_{i}"]
-            counts.contributing += r[f"contrib_{i}"]
-            counts.late_pairs += int(r[f"late_{i}"] or 0)
-            counts.dropped["null_key"] = counts.dropped.get("null_key", 0) + r[f"nullkey_{i}"]
-        counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
-        summary.operators[op.name] = counts
-
-
-def _join_stat_columns(plan: Plan, op: OperatorSpec, i: int) -> list[Column]:
-    """Records reaching a join and those it skips for a null key or value (kafka-streams.md 10.2 steps 2-3)."""
-    spec = op.join
-    assert spec is not None
-    mine = F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull() & ~_beyond(plan)
-    outer = {"inner": [], "left": [spec.left], "outer": [spec.left, spec.right]}[spec.how]
-    forwarded = (F.col("source").isin(*outer) if outer else F.lit(False)) & F.col("value").isNotNull()
-    return [F.count(F.when(mine, 1)).alias(f"in_{i}"),
-            F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(f"nullkey_{i}"),
-            F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)).alias(f"nullvalue_{i}")]
-
-
-def _join_counts(rows: list[Any], i: int) -> OperatorCounts:
-    """A join's inputs and null drops; `expired` and `contributing` follow from its ledger (_check_ledger)."""
-    counts = OperatorCounts(kind="join", dropped={"null_key": 0, "null_value": 0})
-    for r in rows:
-        counts.records_in += r[f"in_{i}"]
-        counts.dropped["null_key"] += r[f"nullkey_{i}"]
-        counts.dropped["null_value"] += r[f"nullvalue_{i}"]
-    return counts
+    for op in plan.operators:
+        summary.operators[op.name] = op.counts(rows)
 
 
 def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[str, int]) -> None:
-    """A join's inputs must have equal partition counts: declared `partitions:`, else max partition + 1."""
+    """An operator over several inputs needs equal partition counts: declared `partitions:`, else max partition + 1."""
     observed: dict[str, int] = {}
     for r in rows:
         if r["task"] is not None:
             observed[r["source"]] = max(observed.get(r["source"], 0), r["task"] + 1)
-    for op in plan.job.spec.operators:
-        if op.kind == "join":
-            declared = {s: plan.job.spec.sources[s].partitions or summary_partitions.get(s) for s in op.inputs}
-            check_copartitioned({s: declared[s] or observed.get(s, 0) for s in op.inputs}, op.name)
+    declared = {s.name: (s.spec.partitions if s.spec is not None else None) or summary_partitions.get(s.name)
+                for s in plan.sources}
+    for op in plan.operators:
+        if len(op.inputs) > 1:
+            check_copartitioned({s: declared.get(s) or observed.get(s, 0) for s in op.inputs}, op.name)
 
 
 def _check_one_topic_per_source(ordered: DataFrame, rows: list[Any]) -> None:
@@ -405,7 +304,8 @@ def _line_number(file: str, text: str) -> int | None:
 
 def _beyond(plan: Plan) -> Column:
     """Records after their partition's first record at/after the cool-down bound: never processed."""
-    before = F.coalesce(F.col("_pmax_before"), F.lit(-1))  # a partition's first record is never beyond
+    # a partition's first record is never beyond
+    before = F.coalesce(F.col("_partition_time_before"), F.lit(-1))
     conds = [(F.col("source") == s.name) & (before >= F.lit(s.read_until))
              for s in plan.sources if s.read_until is not None]
     return functools.reduce(lambda a, b: a | b, conds) if conds else F.lit(False)
@@ -420,86 +320,57 @@ def _in_range(plan: Plan, col: str) -> Column:
 
 
 def _ledger_candidates(plan: Plan) -> Column:
-    """Records that may give a ledger row: dropped by a source, null key, or late for some window."""
-    cond = F.col("_drop").isNotNull() | F.col("key").isNull()
-    for i, op in enumerate(plan.job.spec.operators):
-        if op.kind == "aggregate":
-            cond = cond | F.coalesce(_window_counts(op, _st(i))["late"] > 0, F.lit(False))
-    return cond
+    """Records that may give a ledger row: dropped by a source, null key, or what an operator adds (late windows)."""
+    extra = [c for c in (op.ledger_candidates() for op in plan.operators) if c is not None]
+    return functools.reduce(lambda a, b: a | b, extra, F.col("_drop").isNotNull() | F.col("key").isNull())
 
 
-def _ledger(plan: Plan, processed: DataFrame, results: dict[str, AggregateResult | JoinResult]) -> DataFrame:
+def _ledger(processed: DataFrame, results: dict[str, OperatorResult]) -> DataFrame:
     dropped = processed.where(F.col("_drop").isNotNull())
     reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)).otherwise(F.lit(INVALID_TIMESTAMP))
     detail = F.concat_ws(" in ", F.col("_problem"), F.col("_where.file"))
     source_rows = ledger_rows(dropped, reason=reason, detail=detail, timestamp=F.col("_raw_ts"),
-                              stream_time=F.col("_pmax"), range_time=F.col("_pmax"))
+                              stream_time=F.col("_partition_time"), range_time=F.col("_partition_time"))
     return functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
 
 
 def _check_ledger(plan: Plan, ledger: DataFrame, summary: RunSummary) -> dict[str, int]:
-    """Cross-check: the late ledger rows equal the late (record, window) pairs counted per record.
-
-    One pass over the ledger also counts the rows inside the range (what its sink gets); returns the
-    late rows per operator.
-    """
+    """Count the ledger rows per operator and reason (and those in range: what its sink gets), then check
+    conservation (checks/conservation.py); returns the late rows per operator."""
     counted = ledger.groupBy("operator", "reason", _in_range(plan, "range_time").alias("in_range")).count().collect()
     summary.ledger_rows = sum(r["count"] for r in counted if r["in_range"])
     totals: dict[tuple[str | None, str], int] = {}
     for r in counted:
         totals[(r["operator"], r["reason"])] = totals.get((r["operator"], r["reason"]), 0) + r["count"]
-    rows = [{"operator": op, "reason": reason, "count": n} for (op, reason), n in totals.items()]
-    for r in rows:
-        summary.ledger[r["reason"]] = summary.ledger.get(r["reason"], 0) + r["count"]
-    for name, counts in summary.operators.items():
-        if counts.kind == "join":
-            _balance_join(name, counts, {r["reason"]: r["count"] for r in rows if r["operator"] == name})
-        late_rows = sum(r["count"] for r in rows if r["operator"] == name and r["reason"] == "late")
-        if late_rows != counts.late_pairs or not counts.balanced:
-            raise PublishError(f"operators.{name}: conservation check failed (late ledger rows {late_rows}, "
-                               f"late pairs {counts.late_pairs}, in {counts.records_in}, contributing "
-                               f"{counts.contributing}, dropped {counts.dropped}); nothing was published")
-    return {name: sum(r["count"] for r in rows if r["operator"] == name and r["reason"] == "late")
-            for name in summary.operators}
+    for (_, reason), n in totals.items():
+        summary.ledger[reason] = summary.ledger.get(reason, 0) + n
+    return check_conservation(plan.operators, summary.operators, totals)
 
 
-def _balance_join(name: str, counts: OperatorCounts, ledger: dict[str, int]) -> None:
-    """Null drops counted per record must all be in the ledger; the rest of a join's input contributed."""
-    for reason in ("null_key", "null_value"):
-        if ledger.get(reason, 0) != counts.dropped[reason]:
-            raise PublishError(f"operators.{name}: conservation check failed ({ledger.get(reason, 0)} {reason} "
-                               f"ledger rows, {counts.dropped[reason]} such records); nothing was published")
-    counts.dropped["expired"] = ledger.get("expired", 0)
-    counts.contributing = counts.records_in - sum(counts.dropped.values())
-
-
-def _stage(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult | JoinResult], ledger: DataFrame,
+def _stage(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], ledger: DataFrame,
            late_rows: dict[str, int], summary: RunSummary) -> list[Staged]:
     """Write and audit every sink's new content (io/publish.py commits them together); nothing visible changes."""
-    # great-expectations suites on what is about to be committed (verify/expectations.py); failing blocks it
-    checks = PublishChecks(spark, {op.name: op for op in plan.job.spec.operators}, summary.expectations)
-    checks.conservation(_conservation_rows(late_rows, summary))
+    # great-expectations suites on what is about to be committed (checks/expectations.py); failing blocks it
+    checks = PublishChecks(spark, {op.name: op.spec for op in plan.operators if op.spec is not None},
+                           summary.expectations)
+    checks.conservation(conservation_rows(late_rows, summary.operators))
     staged = []
     for op in plan.operators:
-        result = results[op.name]
-        column = "ts" if op.kind == "join" else "window_start"  # a join row's range is its timestamp
-        output, incomplete, metrics = _output_and_incomplete(plan, result, column)
+        counts = summary.operators[op.name]
+        out = results[op.name].publishable(lambda column: _in_range(plan, column))
         if op.sink is None:
-            summary.operators[op.name].outputs = output.count()
-            if metrics is not None:  # the same refusal as with a sink: the counts would be wrong too
-                _refuse_split(op.name, metrics, None)(output)
+            counts.outputs = out.output.count()
+            if out.before_commit is not None:  # the same refusal as with a sink: the counts would be wrong too
+                out.before_commit(out.output)
         else:
             sink = plan.job.spec.sinks[op.name]
-            agg = plan.job.spec.operator(op.name).aggregate
-            audit = checks.for_output(op.name, agg.emit) if agg is not None else None
-            if metrics is not None:
-                audit = _refuse_split(op.name, metrics, audit)
-            staged.append(stage_output(spark, output, sink.format, op.sink, name=op.name, column=column,
-                                       start=plan.start, end=plan.end,
-                                       metadata=_commit_metadata(plan, summary, op.name), audit=audit))
-            summary.operators[op.name].outputs = staged[-1].rows
-        if incomplete is not None:
-            summary.operators[op.name].incomplete_windows = incomplete()
+            staged.append(stage_output(spark, out.output, sink.format, op.sink, name=op.name,
+                                       column=op.range_column, start=plan.start, end=plan.end,
+                                       metadata=_commit_metadata(plan, summary, op.name),
+                                       audit=_both(out.before_commit, op.output_audit(checks))))
+            counts.outputs = staged[-1].rows
+        if out.incomplete is not None:
+            counts.incomplete_windows = out.incomplete()
     if plan.ledger_sink:
         sink = plan.job.spec.sinks["_ledger"]
         staged.append(stage_output(spark, ledger.where(_in_range(plan, "range_time")), sink.format, plan.ledger_sink,
@@ -508,57 +379,17 @@ def _stage(plan: Plan, spark: SparkSession, results: dict[str, AggregateResult |
     return staged
 
 
-def _output_and_incomplete(plan: Plan, result: AggregateResult | JoinResult, column: str
-                           ) -> tuple[DataFrame, Callable[[], int] | None, Callable[[], dict[str, Any]] | None]:
-    """The rows to publish (in range), how to count the incomplete ones afterwards, and (emit: final)
-    the metrics of the windows pass.
+def _both(first: Callable[[DataFrame], None] | None, then: Callable[[DataFrame], None] | None
+          ) -> Callable[[DataFrame], None] | None:
+    """Two checks of a staged output, in order (either may be absent)."""
+    if first is None or then is None:
+        return first or then
 
-    For `emit: final` the windows are aggregated once: the pass that writes the closed windows also
-    counts the open ones and the windows kept by several tasks (Observation metrics), instead of
-    caching every window for several passes.
-    """
-    windows = getattr(result, "windows", None)
-    if windows is None:
-        output = result.output.where(_in_range(plan, column))
-        if result.incomplete is None:
-            return output, None, None
-        return output, result.incomplete.where(_in_range(plan, column)).count, None
-    seen = Observation()
-    observed = windows.where(_in_range(plan, column)).observe(
-        seen, F.count(F.when(~F.col("_closed"), 1)).alias("incomplete"),
-        F.count(F.when(F.col("_split"), 1)).alias("split"), F.max(F.when(F.col("_split"), F.col("key"))).alias("key"))
-    output = observed.where("_closed").select(*final_columns(windows))
-
-    def metrics() -> dict[str, Any]:
-        # filled by the first action on `output` (the sink's write); a sink that audits before it
-        # writes (delta-spark) gets them from one extra pass
-        if seen._jo is None or not seen._jo.future().isCompleted():
-            output.write.format("noop").mode("overwrite").save()
-        return seen.get
-
-    return output, lambda: int(metrics()["incomplete"]), metrics
-
-
-def _refuse_split(name: str, metrics: Callable[[], dict[str, Any]],
-                  audit: Callable[[DataFrame], None] | None) -> Callable[[DataFrame], None]:
-    """Before the commit: no window may be kept by two tasks, else (key, window_start) is not unique."""
     def check(staged: DataFrame) -> None:
-        found = metrics()
-        if found["split"]:
-            raise PublishError(f"operators.{name}: key {found['key']!r} occurs in several partitions, so several "
-                               f"tasks kept a window for it ({found['split']} windows) and the final output would "
-                               "not be unique per (key, window_start); nothing was published")
-        if audit is not None:
-            audit(staged)
+        first(staged)
+        then(staged)
 
     return check
-
-
-def _conservation_rows(late: dict[str, int], summary: RunSummary) -> list[dict[str, Any]]:
-    """Per operator: records in, contributing + dropped, late ledger rows, late pairs (the ledger suite's table)."""
-    return [{"operator": name, "records_in": c.records_in, "accounted": c.contributing + sum(c.dropped.values()),
-             "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs}
-            for name, c in summary.operators.items()]
 
 
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:

@@ -1,8 +1,7 @@
-"""Show a plan: as text for people, as a dict for --json."""
+"""Part: plan. Show a plan: as text for people, as a dict for --json."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict
 from typing import Any
 
 from backfill.plan.definition import Plan
@@ -18,7 +17,7 @@ def instant(ms: int | None) -> str:
 def plan_dict(plan: Plan) -> dict[str, Any]:
     """The plan as JSON-ready data."""
     return {"job": plan.job.spec.name, "file": str(plan.job.path), "start": plan.start, "end": plan.end,
-            "sources": [asdict(s) for s in plan.sources], "operators": [asdict(o) for o in plan.operators],
+            "sources": [s.describe() for s in plan.sources], "operators": [o.describe() for o in plan.operators],
             "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes)}
 
 

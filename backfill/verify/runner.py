@@ -25,7 +25,7 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify.expectations import (RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate,
+from backfill.checks.expectations import (RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate,
                                           window_checks, window_frame)
 from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
                                        normalise, parse_tolerances, require_columns)

@@ -62,7 +62,7 @@ def test_tolerance_holds_up_to_its_bound_and_not_beyond(tmp_path: Path, spark: A
 
 def test_failing_expectations_block_the_delta_commit(tmp_path: Path, spark: Any) -> None:
     from backfill.io.sinks import write_output
-    from backfill.verify.expectations import PublishChecks
+    from backfill.checks.expectations import PublishChecks
 
     op = OperatorSpec.model_validate({"name": "agg", "aggregate": {
         "input": "s", "window": {"type": "tumbling", "size": "1m", "grace": "0ms"},

@@ -1,0 +1,1 @@
+"""Part: checks. What must hold before anything is published, used by `run` (before the commit) and `verify`."""

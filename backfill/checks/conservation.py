@@ -1,0 +1,35 @@
+"""Part: checks. Conservation before publish: every record an operator received is accounted for.
+
+records in == contributing + dropped (by reason), and the late ledger rows equal the late (record, window)
+pairs counted record by record in the counting pass: two independent derivations that must agree, or
+nothing is published.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from backfill.errors import PublishError
+from backfill.ops.base import Operator, OperatorCounts
+
+
+def check_conservation(operators: Iterable[Operator], counts: Mapping[str, OperatorCounts],
+                       ledger: Mapping[tuple[str | None, str], int]) -> dict[str, int]:
+    """Settle each operator's counts from its ledger rows per reason, then check them; the late rows per operator."""
+    late: dict[str, int] = {}
+    for op in operators:
+        mine = {reason: n for (name, reason), n in ledger.items() if name == op.name}
+        c = counts[op.name]
+        op.settle(c, mine)
+        late[op.name] = mine.get("late", 0)
+        if late[op.name] != c.late_pairs or not c.balanced:
+            raise PublishError(f"operators.{op.name}: conservation check failed (late ledger rows {late[op.name]}, "
+                               f"late pairs {c.late_pairs}, in {c.records_in}, contributing {c.contributing}, "
+                               f"dropped {c.dropped}); nothing was published")
+    return late
+
+
+def conservation_rows(late: Mapping[str, int], counts: Mapping[str, OperatorCounts]) -> list[dict[str, Any]]:
+    """Per operator: records in, contributing + dropped, late ledger rows, late pairs (the ledger suite's table)."""
+    return [{"operator": name, "records_in": c.records_in, "accounted": c.contributing + sum(c.dropped.values()),
+             "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs} for name, c in counts.items()]

@@ -1,0 +1,166 @@
+"""Part: operators. What every operator is to the rest of the house: the `Operator` type and its result.
+
+The plan builder makes one Operator per job operator (`backfill.ops.registry`); the plan prints it and the
+evaluator runs it, through these methods only, in this order:
+
+1. `stream_time_columns()`: the stream-time columns the task order computes for it (name -> which records
+   advance it), before any operator runs;
+2. `count_columns()` and `counts()`: its share of the one counting pass over the ordered records
+   (records in, contributing, dropped by reason), which also fails fast on what cannot be published;
+3. `run()`: its output and ledger rows, lazily;
+4. `settle()`: the counts that only its ledger knows; the conservation check then holds for every operator
+   alike (records in == contributing + dropped, late ledger rows == late pairs);
+5. `OperatorResult.publishable()`: the rows in the range, with the checks that run right before the commit.
+
+Adding an operator is one module with a subclass plus one line in `registry.py`.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from backfill.checks.expectations import PublishChecks
+    from backfill.jobspec.load import Job
+    from backfill.jobspec.models import OperatorSpec
+
+InRange = Callable[[str], Column]  # column name -> "its value is inside the run's range"
+
+
+@dataclass
+class OperatorCounts:
+    """Conservation of one operator: in = contributing + dropped (by reason)."""
+
+    records_in: int = 0
+    contributing: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    late_pairs: int = 0
+    outputs: int = 0
+    incomplete_windows: int = 0
+    final_stream_time: dict[int, int] = field(default_factory=dict)
+    kind: str = "aggregate"
+
+    @property
+    def balanced(self) -> bool:
+        """records_in == contributing + every dropped record."""
+        return self.records_in == self.contributing + sum(self.dropped.values())
+
+
+@dataclass(frozen=True)
+class Publishable:
+    """What a sink writes for one operator, and what is checked right before its commit."""
+
+    output: DataFrame
+    incomplete: Callable[[], int] | None = None  # counted after the write (open windows, waiting rows)
+    before_commit: Callable[[DataFrame], None] | None = None  # raises PublishError: nothing is committed
+
+
+@dataclass(frozen=True)
+class OperatorResult:
+    """What one operator produced: output rows and ledger rows (lazy), and the frames to release afterwards."""
+
+    output: DataFrame
+    ledger: DataFrame
+    range_column: str
+    incomplete: DataFrame | None = None
+    cached: tuple[DataFrame, ...] = ()
+
+    def publishable(self, in_range: InRange) -> Publishable:
+        """The output rows inside the range, and how many rows are incomplete there."""
+        inside = in_range(self.range_column)
+        incomplete = self.incomplete.where(inside).count if self.incomplete is not None else None
+        return Publishable(self.output.where(inside), incomplete)
+
+
+@dataclass(frozen=True)
+class Operator(ABC):
+    """One operator of a plan, as `backfill plan` prints it and as `backfill run` executes it.
+
+    The printed fields say what it does and why it reads what it reads; `spec` is the job's operator
+    and `index` its position, which names its internal columns (see `backfill.columns`).
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    window: str
+    emit: str
+    sink: str | None
+    warmup_ms: int = 0
+    cooldown_ms: int = 0
+    last_window_start: int | None = None
+    close_time: int | None = None
+    why: tuple[str, ...] = ()
+    implemented: bool = True
+    not_implemented_reason: str | None = None
+    spec: OperatorSpec | None = field(default=None, repr=False, compare=False)
+    index: int = field(default=0, repr=False, compare=False)
+
+    # the output column that --start/--end select on
+    range_column: ClassVar[str] = "window_start"
+    # printed by `plan --json` (everything but the job's own spec and the position)
+    HIDDEN: ClassVar[tuple[str, ...]] = ("spec", "index")
+
+    @classmethod
+    @abstractmethod
+    def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
+                 end: int | None) -> Operator:
+        """Validate the job's operator and decide its warm-up and cool-down for the range [start, end)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The printed fields, JSON-ready."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in fields(self) if f.name not in self.HIDDEN}
+
+    @property
+    def stream_time(self) -> str:
+        """The name of this operator's stream-time column in the ordered records."""
+        return f"_stream_time_{self.index}"
+
+    def stat(self, what: str) -> str:
+        """The name of one of this operator's columns in the counting pass."""
+        return f"{what}_{self.index}"
+
+    # ------------------------------------------------------------------ before the order
+    @abstractmethod
+    def stream_time_columns(self) -> dict[str, Column]:
+        """Stream-time columns to compute in task order: name -> the records that advance it."""
+
+    def reads(self) -> frozenset[str] | None:
+        """Of `seq`, `timestamp` and `headers`, the columns it reads (None: whole records)."""
+        return None
+
+    def ledger_candidates(self) -> Column | None:
+        """Records beyond null keys and source drops that may give it ledger rows (found in one scan)."""
+        return None
+
+    # ------------------------------------------------------------------ counting pass
+    @abstractmethod
+    def count_columns(self, live: Column) -> list[Column]:
+        """Aggregations over the ordered records (grouped by source, drop, task); `live`: processed records."""
+
+    @abstractmethod
+    def counts(self, rows: list[Any]) -> OperatorCounts:
+        """Its counts from the counting pass's rows."""
+
+    # ------------------------------------------------------------------ run and settle
+    @abstractmethod
+    def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
+        """Outputs and ledger rows over the task-ordered records (`dropped`: the ledger candidates)."""
+
+    def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
+        """Complete `counts` from its ledger rows per reason; raise PublishError on a contradiction."""
+
+    def output_audit(self, checks: PublishChecks) -> Callable[[DataFrame], None] | None:
+        """The expectations its staged output must meet before the commit (None: none yet)."""
+        return None
+
+
+def in_source(name: str) -> Column:
+    """Records of source `name` that their source did not drop."""
+    return (F.col("source") == name) & F.col("_drop").isNull()

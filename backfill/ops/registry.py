@@ -1,0 +1,32 @@
+"""Part: operators. Which Operator class runs which job operator: the one place a new operator registers."""
+from __future__ import annotations
+
+from backfill.jobspec.load import Job
+from backfill.jobspec.models import OperatorSpec
+from backfill.ops.aggregate import WindowAggregate
+from backfill.ops.base import Operator
+from backfill.ops.join import StreamJoin
+
+# by join, or by the aggregate's window type; sliding and session windows are planned (and refused) by
+# WindowAggregate until their own operator registers here
+OPERATORS: dict[str, type[Operator]] = {
+    "join": StreamJoin,
+    "tumbling": WindowAggregate,
+    "hopping": WindowAggregate,
+    "sliding": WindowAggregate,
+    "session": WindowAggregate,
+}
+
+
+def kind_of(spec: OperatorSpec) -> str:
+    """The registry key of a job operator."""
+    if spec.join is not None:
+        return "join"
+    assert spec.aggregate is not None
+    return spec.aggregate.window.type
+
+
+def operator_for(job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
+                 end: int | None) -> Operator:
+    """The planned operator for the job's operator number `index` over the range [start, end)."""
+    return OPERATORS[kind_of(spec)].from_job(job, spec, index, sink, start, end)

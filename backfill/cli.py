@@ -1,4 +1,4 @@
-"""The `backfill` command: plan, run, inspect, verify, diff, demo, archive.
+"""Part: commands. The `backfill` command: plan, run, inspect, verify, diff, demo, archive.
 
 Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
 """
@@ -116,7 +116,7 @@ def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOp
         if as_json:
             print(json.dumps(summary, indent=2, default=str))
         else:
-            from backfill.report import print_summary
+            from backfill.summary import print_summary
 
             print_summary(out, summary)
 
@@ -358,7 +358,7 @@ def _finish(outcome: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, default=str))
     else:
-        from backfill.report import print_verification
+        from backfill.summary import print_verification
 
         print_verification(out, outcome, page)
     if outcome.exit_code:

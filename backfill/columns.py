@@ -1,4 +1,4 @@
-"""Part: shared vocabulary. The columns of a record between the parts of the Spark engine, declared once.
+"""Part: foundation. The columns of a record between the parts of the Spark engine, declared once.
 
 A record read by `io/sources.py` gains its timestamp in `time/extract.py` and its place in its task's
 order in `order/tasks.py`; operators, the counting pass and the ledger read it. Every column that crosses

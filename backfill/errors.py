@@ -1,4 +1,4 @@
-"""One root exception; the CLI maps each kind to an exit code (0 ok, 1 differences, 2 error)."""
+"""Part: foundation. One root exception; the CLI maps each kind to an exit code (0 ok, 1 differences, 2 error)."""
 from __future__ import annotations
 
 

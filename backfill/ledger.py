@@ -1,4 +1,4 @@
-"""The dropped-records ledger (DESIGN.md decision 4): every record not contributing says why."""
+"""Part: foundation. The dropped-records ledger (DESIGN.md decision 4): every record not contributing says why."""
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame

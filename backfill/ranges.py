@@ -1,4 +1,4 @@
-"""The one range rule (plan, run, publish, verify): a row is in [start, end) by its range column.
+"""Part: foundation. The one range rule (plan, run, publish, verify): a row is in [start, end) by its range column.
 
 The range column is a window start (aggregates), a timestamp (joins) or `range_time` (ledger rows).
 A row without a value counts as -1: it belongs to every range that has no start, and to no other.

@@ -1,4 +1,4 @@
-"""Spark session from a conf/ profile (`--profile` or BACKFILL_PROFILE; default `local`)."""
+"""Part: foundation. Spark session from a conf/ profile (`--profile` or BACKFILL_PROFILE; default `local`)."""
 from __future__ import annotations
 
 import os

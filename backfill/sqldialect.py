@@ -1,4 +1,4 @@
-"""The Spark SQL dialect both engines parse expressions with (sqlglot, no Spark needed)."""
+"""Part: foundation. The Spark SQL dialect both engines parse expressions with (sqlglot, no Spark needed)."""
 from __future__ import annotations
 
 from typing import ClassVar

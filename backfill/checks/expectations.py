@@ -1,4 +1,5 @@
-"""great-expectations suites generated from the job: one per output kind, run before publish and in verify.
+"""Part: checks. great-expectations suites generated from the job: one per output kind, run before publish and in
+verify.
 
 Window outputs (kafka-streams.md 3.1): keys not null, window_end - window_start == size, starts
 aligned to the advance, ts inside [window_start, window_end), and (key, window_start) unique for
@@ -20,20 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill.errors import ExpectationsFailed
-from backfill.ops.windows import TimeWindows
-from backfill.jobspec.models import OperatorSpec
+from backfill.ops.base import Check, Operator
 
 RESULT_FORMAT_PUBLISH = "BOOLEAN_ONLY"  # fewest Spark jobs; a failure is re-run with SUMMARY for the message
 RESULT_FORMAT_REPORT = "SUMMARY"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One expectation: its GX class name, arguments and what it means in our words."""
-
-    kind: str
-    args: dict[str, Any]
-    says: str
 
 
 @dataclass
@@ -57,34 +48,6 @@ class SuiteResult:
         return "; ".join(f"{e['says']} ({e['unexpected_count']} rows)" if e.get("unexpected_count") is not None
                          else f"{e['says']} ({e['observed_value']} duplicated groups)"
                          if e.get("observed_value") is not None else e["says"] for e in bad)
-
-
-def window_checks(op: OperatorSpec, columns: list[str]) -> list[Check]:
-    """The window-output row checks of an aggregate operator, for the columns the table has
-    (uniqueness is its own suite: `unique_check` on the duplicated groups)."""
-    assert op.aggregate is not None
-    w = TimeWindows.of(op.aggregate.window)
-    checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
-              Check("ExpectColumnValuesToBeInSet", {"column": "_window_length", "value_set": [w.size]},
-                    f"window_end - window_start == size ({w.size} ms)"),
-              Check("ExpectColumnValuesToBeInSet", {"column": "_start_offset", "value_set": [0]},
-                    f"window starts aligned to the advance ({w.advance} ms) from epoch 0")]
-    if "ts" in columns:
-        checks.append(Check("ExpectColumnValuesToBeInSet", {"column": "_ts_in_window", "value_set": [True]},
-                            "ts inside [window_start, window_end)"))
-    return checks
-
-
-def window_frame(df: DataFrame, op: OperatorSpec) -> DataFrame:
-    """The table plus the derived columns the window checks read."""
-    assert op.aggregate is not None
-    w = TimeWindows.of(op.aggregate.window)
-    end = F.col("window_end") if "window_end" in df.columns else F.col("window_start") + F.lit(w.size)
-    out = df.withColumn("_window_length", end - F.col("window_start")).withColumn(
-        "_start_offset", F.pmod(F.col("window_start"), F.lit(w.advance)))
-    if "ts" in df.columns:
-        out = out.withColumn("_ts_in_window", (F.col("ts") >= F.col("window_start")) & (F.col("ts") < end))
-    return out
 
 
 def conservation_checks() -> list[Check]:
@@ -179,8 +142,8 @@ def warm_up() -> None:
 class PublishChecks:
     """The suites a run executes on what it is about to publish; a failure raises ExpectationsFailed (exit 1)."""
 
-    def __init__(self, spark: SparkSession, ops: dict[str, OperatorSpec], results: dict[str, Any]) -> None:
-        self.spark, self.ops, self.results = spark, ops, results
+    def __init__(self, spark: SparkSession, results: dict[str, Any]) -> None:
+        self.spark, self.results = spark, results
 
     def conservation(self, counts: list[dict[str, Any]]) -> None:
         """The ledger suite on one row per operator, before any commit."""
@@ -192,7 +155,7 @@ class PublishChecks:
         df = pd.DataFrame([[c[k] for k in columns] for c in counts], columns=columns)
         self._run(df, "_ledger.conservation", "run counts and ledger", conservation_checks())
 
-    def for_output(self, name: str, emit: str) -> Callable[[DataFrame], None]:
+    def for_output(self, op: Operator) -> Callable[[DataFrame], None] | None:
         """The audit of one operator's staged output (called by the sink right before its commit).
 
         Two suites: the row checks on the staged rows, and uniqueness as "no duplicated group": a GX
@@ -200,13 +163,17 @@ class PublishChecks:
         GX's compound-uniqueness expectation runs a window over every row in several jobs, which cost
         more than the whole window aggregation at 10M records). A failure of either names both.
         """
-        op = self.ops[name]
-        unique = ("key", "window_start") if emit == "final" else ("task", "emit_seq")
+        name = op.name
+        if type(op).output_suite is Operator.output_suite:  # an operator without expectations of its own
+            return None
 
         def audit(staged: DataFrame) -> None:
-            results = [self._validate(window_frame(staged, op), f"{name}.output", f"staged output of {name}",
-                                      window_checks(op, staged.columns))]
-            if all(c in staged.columns for c in unique):
+            suite = op.output_suite(staged)
+            if suite is None:
+                return
+            unique = suite.unique
+            results = [self._validate(suite.frame, f"{name}.output", f"staged output of {name}", suite.checks)]
+            if unique and all(c in staged.columns for c in unique):
                 results.append(self._validate(duplicated_groups(staged, unique), f"{name}.output.unique",
                                               f"groups of ({', '.join(unique)}) in the staged output of {name}",
                                               [unique_check(unique)]))

@@ -1,4 +1,4 @@
-"""Conformance: Kafka Streams itself judges backfill's engines on random adversarial scenarios.
+"""Part: conformance. Conformance: Kafka Streams itself judges backfill's engines on random adversarial scenarios.
 
 `scenarios` draws the scenarios and writes them as one backfill job (every scenario its own task);
 `harness` replays them through Kafka Streams' TopologyTestDriver (jvm/harness, one JVM per version);

@@ -1,4 +1,5 @@
-"""Run backfill's engines and Kafka Streams on the same scenarios and compare them, scenario by scenario.
+"""Part: conformance. Run backfill's engines and Kafka Streams on the same scenarios and compare them, scenario by
+scenario.
 
 What is compared, per scenario (one task):
 - aggregates: every forwarded row (key, window, count|sum|fold, timestamp), in emission order for

@@ -1,4 +1,5 @@
-"""Kafka Streams' TopologyTestDriver as a judge: the JVM harness of jvm/harness, one process per version.
+"""Part: conformance. Kafka Streams' TopologyTestDriver as a judge: the JVM harness of jvm/harness, one process per
+version.
 
 The harness reads tab-separated scenarios on stdin (see jvm/harness/.../Replay.java) and prints, per
 (scenario, task), what the topology forwarded, in order, with timestamps, and the task's

@@ -1,4 +1,4 @@
-"""Random adversarial scenarios, and the backfill job that holds a batch of them.
+"""Part: conformance. Random adversarial scenarios, and the backfill job that holds a batch of them.
 
 A scenario is one operator configuration and the records of one task: ties in timestamps, records out of
 order, records exactly at a window's end + grace, null keys and values, a hot key, empty inputs, hopping

@@ -1,4 +1,5 @@
-"""`backfill demo`: generate a Kafka-archive click sample, run jobs/demo.yaml on it, explain what was dropped."""
+"""Part: commands. `backfill demo`: generate a Kafka-archive click sample, run jobs/demo.yaml on it, explain what was
+dropped."""
 from __future__ import annotations
 
 import datetime as dt
@@ -119,7 +120,7 @@ def generate_clicks(path: str, n: int = 20_000, partitions: int = 2, seed: int =
 def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> None:
     """Generate the sample under ./demo-output if missing, run the demo job, print the summary and the drops."""
     from backfill.execute import execute
-    from backfill.report import print_summary
+    from backfill.summary import print_summary
 
     work = Path.cwd() / WORK_DIR
     sample = None

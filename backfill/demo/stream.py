@@ -1,4 +1,4 @@
-"""A bundled "streaming output" for the demo: what a live Kafka Streams app wrote for one operator.
+"""Part: commands. A bundled "streaming output" for the demo: what a live Kafka Streams app wrote for one operator.
 
 Derived from the demo's own input, deterministically, by replaying the operator record by record
 with the reference engine's window aggregate (kafka-streams.md 4) and three realistic defects:

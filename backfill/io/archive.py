@@ -1,4 +1,4 @@
-"""`backfill archive` (io): copy a Kafka topic into a Kafka-archive Delta table, incrementally.
+"""Part: io. `backfill archive`: copy a Kafka topic into a Kafka-archive Delta table, incrementally.
 
 The table has the columns of a Kafka record (topic, partition, offset, key, value as bytes, timestamp in
 epoch ms, timestamp_type, headers). Each run appends, in one Delta commit, the offsets after the highest

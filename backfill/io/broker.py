@@ -1,4 +1,4 @@
-"""A local Apache Kafka broker (io) for the tests and `backfill demo --kafka`.
+"""Part: io. A local Apache Kafka broker for the tests and `backfill demo --kafka`.
 
 One node in KRaft mode (broker and controller in one process, no ZooKeeper), listening on 127.0.0.1 only,
 with its log in a temporary folder; the jars are the ones scripts/setup.sh resolved into jvm/lib/kafka.

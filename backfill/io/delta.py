@@ -1,4 +1,4 @@
-"""Delta tables through delta-spark (io): snapshot reads, range publish in one commit, the runs table.
+"""Part: io. Delta tables through delta-spark: snapshot reads, range publish in one commit, the runs table.
 
 Publishing is write-audit-publish: the run's rows are staged as parquet next to the table (outside its
 folder, so no Delta reader ever sees them), checked (every row inside the range, the caller's audit),

@@ -1,4 +1,4 @@
-"""JSONL sources (io): one JSON object per line, every field type-checked, nothing coerced silently.
+"""Part: io. JSONL sources: one JSON object per line, every field type-checked, nothing coerced silently.
 
 A line that is not a JSON object, or a field of the wrong JSON type (a timestamp that is a string, a key
 that is a number where `key.format: string`), makes the record unreadable with the exact cause; the

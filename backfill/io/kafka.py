@@ -1,4 +1,4 @@
-"""Kafka topics as sources (io): offsets resolved once, then read by Spark's own Kafka source on executors.
+"""Part: io. Kafka topics as sources: offsets resolved once, then read by Spark's own Kafka source on executors.
 
 Before reading, the run asks the broker (with a bounded timeout) for the topic's partitions, their log
 start and end offsets, and, for a ranged run with the record-timestamp extractor, the first offset at or

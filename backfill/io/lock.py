@@ -1,4 +1,4 @@
-"""Run locks (io): one backfill run at a time writes a given table, whatever job it belongs to.
+"""Part: io. Run locks: one backfill run at a time writes a given table, whatever job it belongs to.
 
 A lock is an advisory `flock` on a small file beside each sink (`.<name>.backfill-lock`), taken before
 Spark starts and held until the process ends; the kernel releases it when the process dies, so a killed

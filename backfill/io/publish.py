@@ -1,4 +1,4 @@
-"""A run's publish as one unit (io): stage every sink, journal, commit each, then the manifest.
+"""Part: io. A run's publish as one unit: stage every sink, journal, commit each, then the manifest.
 
 1. every sink's new content is staged and audited (nothing visible changes);
 2. a journal (`<runs table>.pending/<run>.json`) records what is staged and the manifest to append;

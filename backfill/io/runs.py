@@ -1,4 +1,4 @@
-"""The runs table: one manifest row per run (job, range, input versions, counts, duration, code version)."""
+"""Part: io. The runs table: one manifest row per run (job, range, input versions, counts, duration, code version)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -39,6 +39,31 @@ def has_run(spark: SparkSession, location: str, run_id: str) -> bool:
     # a small table read without a Spark job (a Spark count here cost seconds per run)
     found = DeltaTable(location).to_pyarrow_dataset().to_table(columns=["run_id"], filter=pc.field("run_id") == run_id)
     return found.num_rows > 0
+
+
+def last_run(location: str | None, job: str, start: int | None, end: int | None) -> dict[str, Any] | None:
+    """The newest manifest of `job` over exactly [start, end) in the runs table, with its counts parsed."""
+    if location is None:
+        return None
+    rows: list[dict[str, Any]] = []
+    if location.endswith(".jsonl"):
+        if Path(location).is_file():
+            with open(location) as fh:
+                rows = [json.loads(line) for line in fh if line.strip()]
+    else:
+        from deltalake import DeltaTable
+
+        from backfill.io.delta import is_delta_table
+
+        if not is_delta_table(location):
+            return None
+        rows = DeltaTable(location).to_pyarrow_table(
+            columns=["run_id", "job", "range_start", "range_end", "finished_at", "counts"]).to_pylist()
+    mine = [r for r in rows if r.get("job") == job and r.get("range_start") == start and r.get("range_end") == end]
+    if not mine:
+        return None
+    newest = max(mine, key=lambda r: r.get("finished_at") or "")
+    return {**newest, "counts": json.loads(newest.get("counts") or "{}")}
 
 
 def append_run(spark: SparkSession, location: str, summary: dict[str, Any], job_file: str) -> None:

@@ -1,4 +1,4 @@
-"""Value schemas: a JSON Schema subset or a Spark schema (JSON), as a Spark StructType."""
+"""Part: io. Value schemas: a JSON Schema subset or a Spark schema (JSON), as a Spark StructType."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Sinks (io): every format replaces exactly the run's range, after an audit, in one atomic step.
+"""Part: io. Sinks: every format replaces exactly the run's range, after an audit, in one atomic step.
 
 - Delta: the rows with the range column in [start, end) are replaced in one commit (io/delta.py).
 - Parquet folders and JSONL files or folders: the new content (the run's rows plus the rows of the

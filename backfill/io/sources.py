@@ -1,4 +1,4 @@
-"""Sources -> records: topic, partition, offset, key, value, timestamp, headers (job-spec.md "Records").
+"""Part: io. Sources -> records: topic, partition, offset, key, value, timestamp, headers (job-spec.md "Records").
 
 Every source yields the same columns, plus `source`, `source_rank` (declaration order: the documented
 tie-break of the task order) and `_problem` (why a record is unreadable, else null).

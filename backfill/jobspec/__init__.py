@@ -1,4 +1,4 @@
-"""Job specification (the YAML contract): typed models, durations and loading with one-line errors."""
+"""Part: foundation. Job specification (the YAML contract): typed models, durations and loading with one-line errors."""
 from __future__ import annotations
 
 from backfill.jobspec.load import Job, load_job

@@ -1,4 +1,4 @@
-"""Durations as integer milliseconds: `500ms`, `30s`, `5m`, `24h`, `1d` (job-spec.md "Durations")."""
+"""Part: foundation. Durations as integer milliseconds: `500ms`, `30s`, `5m`, `24h`, `1d` (job-spec.md "Durations")."""
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
-"""Load a job file: YAML -> JobSpec, with one-line errors naming the file, the field path and the fix."""
+"""Part: foundation. Load a job file: YAML -> JobSpec, with one-line errors naming the file, the field path and the
+fix."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
+"""Part: foundation. Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal

@@ -1,1 +1,1 @@
-"""Operators: window definitions and assignment, aggregate, join, rules."""
+"""Part: operators. The Spark engine's operators: the Operator type (base.py), its registry, windows, aggregate, join."""

@@ -1,4 +1,4 @@
-"""Time-windowed aggregation (kafka-streams.md 4, 7, 11) on records already in task order.
+"""Part: operators. Time-windowed aggregation (kafka-streams.md 4, 7, 11) on records already in task order.
 
 Per record reaching the operator (key not null; null values are aggregated), for each window of
 windowsFor(ts) in ascending start: accepted iff window end > ST - G, with ST the operator's own stream
@@ -8,7 +8,6 @@ time including this record (4.1); else a `late` ledger row for that window. Stat
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,12 +18,12 @@ from backfill.errors import NotImplementedYet, PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.base import InRange, Operator, OperatorCounts, OperatorResult, Publishable, in_source
+from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
+                               in_source)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
 
 if TYPE_CHECKING:
-    from backfill.checks.expectations import PublishChecks
     from backfill.jobspec.load import Job
 
 FOLD_FIELDS = ("seq", "key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
@@ -125,9 +124,33 @@ class WindowAggregate(Operator):
         assert self.spec is not None
         return aggregate(self.spec, processed, self.stream_time, counts.final_stream_time, dropped)
 
-    def output_audit(self, checks: PublishChecks) -> Callable[[DataFrame], None] | None:
+    def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The window suite and (key, window_start) or (task, emit_seq) uniqueness."""
-        return checks.for_output(self.name, self.emit)
+        return OutputSuite(window_frame(output, self.windows), window_checks(self.windows, output.columns),
+                           ("key", "window_start") if self.emit == "final" else ("task", "emit_seq"))
+
+
+def window_checks(w: TimeWindows, columns: list[str]) -> list[Check]:
+    """The row checks of a window output (kafka-streams.md 3.1), for the columns the table has."""
+    checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
+              Check("ExpectColumnValuesToBeInSet", {"column": "_window_length", "value_set": [w.size]},
+                    f"window_end - window_start == size ({w.size} ms)"),
+              Check("ExpectColumnValuesToBeInSet", {"column": "_start_offset", "value_set": [0]},
+                    f"window starts aligned to the advance ({w.advance} ms) from epoch 0")]
+    if "ts" in columns:
+        checks.append(Check("ExpectColumnValuesToBeInSet", {"column": "_ts_in_window", "value_set": [True]},
+                            "ts inside [window_start, window_end)"))
+    return checks
+
+
+def window_frame(df: DataFrame, w: TimeWindows) -> DataFrame:
+    """The table plus the derived columns the window checks read."""
+    end = F.col("window_end") if "window_end" in df.columns else F.col("window_start") + F.lit(w.size)
+    out = df.withColumn("_window_length", end - F.col("window_start")).withColumn(
+        "_start_offset", F.pmod(F.col("window_start"), F.lit(w.advance)))
+    if "ts" in df.columns:
+        out = out.withColumn("_ts_in_window", (F.col("ts") >= F.col("window_start")) & (F.col("ts") < end))
+    return out
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ evaluator runs it, through these methods only, in this order:
 3. `run()`: its output and ledger rows, lazily;
 4. `settle()`: the counts that only its ledger knows; the conservation check then holds for every operator
    alike (records in == contributing + dropped, late ledger rows == late pairs);
-5. `OperatorResult.publishable()`: the rows in the range, with the checks that run right before the commit.
+5. `OperatorResult.publishable()` and `output_suite()`: the rows in the range, with the checks that run
+   right before the commit (backfill/checks runs them).
 
 Adding an operator is one module with a subclass plus one line in `registry.py`.
 """
@@ -25,7 +26,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 if TYPE_CHECKING:
-    from backfill.checks.expectations import PublishChecks
     from backfill.jobspec.load import Job
     from backfill.jobspec.models import OperatorSpec
 
@@ -49,6 +49,25 @@ class OperatorCounts:
     def balanced(self) -> bool:
         """records_in == contributing + every dropped record."""
         return self.records_in == self.contributing + sum(self.dropped.values())
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation on rows: its great-expectations class name, arguments and what it means in our words."""
+
+    kind: str
+    args: dict[str, Any]
+    says: str
+
+
+@dataclass(frozen=True)
+class OutputSuite:
+    """What an operator's output must meet before it is published (and what `verify` checks a stream against):
+    row checks on `frame` (the output plus the derived columns they read), and `unique` columns."""
+
+    frame: DataFrame
+    checks: list[Check]
+    unique: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +175,7 @@ class Operator(ABC):
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Complete `counts` from its ledger rows per reason; raise PublishError on a contradiction."""
 
-    def output_audit(self, checks: PublishChecks) -> Callable[[DataFrame], None] | None:
+    def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The expectations its staged output must meet before the commit (None: none yet)."""
         return None
 

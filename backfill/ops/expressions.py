@@ -1,4 +1,4 @@
-"""Aggregation expressions of a job, as Spark columns (job-spec.md: count(), sum, ..., ordered fold)."""
+"""Part: operators. Aggregation expressions of a job, as Spark columns (job-spec.md: count(), sum, ..., ordered fold)."""
 from __future__ import annotations
 
 import re

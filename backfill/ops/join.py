@@ -1,4 +1,4 @@
-"""Stream-stream joins (kafka-streams.md 3.4, 9, 10, 11) on records already in task order.
+"""Part: operators. Stream-stream joins (kafka-streams.md 3.4, 9, 10, 11) on records already in task order.
 
 Set-based where the rule allows it. A pair (l, r) of equal key in one task is emitted when the later of
 the two in task order (`seq`) is processed, iff the earlier lies in the later one's [from, to] (10.1) and is

@@ -1,4 +1,5 @@
-"""Time windows (kafka-streams.md 3.1): epoch-aligned, no negative starts, end exclusive; join windows (3.4)."""
+"""Part: operators. Time windows (kafka-streams.md 3.1): epoch-aligned, no negative starts, end exclusive; join windows
+(3.4)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

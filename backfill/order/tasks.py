@@ -1,4 +1,4 @@
-"""Task order without a sequential merge (DESIGN.md decision 3, kafka-streams.md 2.1).
+"""Part: order. Task order without a sequential merge (DESIGN.md decision 3, kafka-streams.md 2.1).
 
 A task owns partition p of every co-partitioned input. Kafka Streams processes each input partition in
 offset order and merges the task's partitions greedily by head-record timestamp. That order equals a

@@ -351,8 +351,7 @@ def _stage(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], 
            late_rows: dict[str, int], summary: RunSummary) -> list[Staged]:
     """Write and audit every sink's new content (io/publish.py commits them together); nothing visible changes."""
     # great-expectations suites on what is about to be committed (checks/expectations.py); failing blocks it
-    checks = PublishChecks(spark, {op.name: op.spec for op in plan.operators if op.spec is not None},
-                           summary.expectations)
+    checks = PublishChecks(spark, summary.expectations)
     checks.conservation(conservation_rows(late_rows, summary.operators))
     staged = []
     for op in plan.operators:
@@ -367,7 +366,7 @@ def _stage(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], 
             staged.append(stage_output(spark, out.output, sink.format, op.sink, name=op.name,
                                        column=op.range_column, start=plan.start, end=plan.end,
                                        metadata=_commit_metadata(plan, summary, op.name),
-                                       audit=_both(out.before_commit, op.output_audit(checks))))
+                                       audit=_both(out.before_commit, checks.for_output(op))))
             counts.outputs = staged[-1].rows
         if out.incomplete is not None:
             counts.incomplete_windows = out.incomplete()

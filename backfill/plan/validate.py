@@ -1,4 +1,4 @@
-"""Plan: what can be checked before any data is read (part of `plan`, so `run` checks it too).
+"""Part: plan. What can be checked before any data is read (part of `plan`, so `run` checks it too).
 
 Paths that would destroy data (a sink on an input, on the ledger, on the runs table or on another
 sink), inputs that do not exist, expressions that do not parse, sinks missing for an operator.

@@ -1,4 +1,5 @@
-"""The reference engine (DESIGN.md decision 5): one record at a time, as literally as the spec reads.
+"""Part: reference engine. The reference engine (DESIGN.md decision 5): one record at a time, as literally as the spec
+reads.
 
 RecordQueue per input partition (offset order, lazy timestamp extraction, kafka-streams.md 1.1),
 PartitionGroup per task (greedy pick of the smallest head timestamp, ties by source rank, 2.1), and

@@ -1,4 +1,5 @@
-"""KStream-KStream join for one task, record at a time (kafka-streams.md 9, 10, 11), as literally as the spec reads.
+"""Part: reference engine. KStream-KStream join for one task, record at a time (kafka-streams.md 9, 10, 11), as
+literally as the spec reads.
 
 Both join processors of a task share one time tracker (join stream time ST_j and minTime, 10.1). Each side
 has a window store with duplicates (retention R = before + after + G; a row is visible iff

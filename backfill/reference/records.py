@@ -1,4 +1,4 @@
-"""Reference engine input: a source's records as plain Python dicts, read without Spark."""
+"""Part: reference engine. Reference engine input: a source's records as plain Python dicts, read without Spark."""
 from __future__ import annotations
 
 import datetime as dt

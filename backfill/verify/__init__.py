@@ -1,1 +1,1 @@
-"""Verify: reconcile a backfill with the streaming output (causes), expectations, reports, diff."""
+"""Part: verify. Verify: reconcile a backfill with the streaming output (causes), expectations, reports, diff."""

@@ -1,4 +1,4 @@
-"""Why a window differs, from evidence only (DESIGN.md "What cannot be known"; kafka-streams.md 14.2).
+"""Part: verify. Why a window differs, from evidence only (DESIGN.md "What cannot be known"; kafka-streams.md 14.2).
 
 Evidence: the backfill's ledger (late drops), the input records re-assigned to windows with the
 engine's own TimeWindows (and their stream time at arrival, kafka-streams.md 4.1), the input's
@@ -50,6 +50,7 @@ class Evidence:
     gaps: DataFrame  # per gap: partition, gap_from, gap_to, st_before, ts_after
     late: DataFrame  # ledger late rows of the operator: partition, offset, window_start, stream_time
     ledger_read: bool
+    stream_times_from: str = "re-derived from the input"  # or the run whose recorded stream times are used
 
 
 def key_text(df: DataFrame, column: str = "key") -> Column:
@@ -87,14 +88,27 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[Da
     return raw, records, offsets
 
 
-def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None) -> Evidence:
-    """Read the evidence of one operator: input records, partition facts, offset gaps, late drops."""
+def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None,
+           run: dict[str, Any] | None = None) -> Evidence:
+    """Read the evidence of one operator: input records, partition facts, offset gaps, late drops.
+
+    `run`: the manifest of the run over this range (io/runs.py `last_run`); each task's stream time at the
+    end of the data is then the one the run recorded, not derived again.
+    """
     raw, records, offsets = input_records(spark, plan, op)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)
+    recorded = ((run or {}).get("counts", {}).get("operators", {}).get(op.name) or {}).get("final_stream_time")
+    if recorded:
+        end_st = spark.createDataFrame([(int(task), int(st)) for task, st in recorded.items()],
+                                       "partition int, end_st long")
+        origin = f"recorded by run {run['run_id']}" if run else ""
+    else:
+        end_st = records.groupBy("partition").agg(F.max("st").alias("end_st"))
+        origin = "re-derived from the input"
     partitions = (offsets.groupBy("partition").agg(
         F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"),
         (F.max("offset") - F.min("offset") + 1 == F.count(F.lit(1))).alias("dense"))
-        .join(records.groupBy("partition").agg(F.max("st").alias("end_st")), "partition", "left"))
+        .join(end_st, "partition", "left"))
     order = Window.partitionBy("partition").orderBy("offset")
     gaps = (offsets.withColumn("_prev", F.lag("offset").over(order))
             .withColumn("st_before", F.max(F.when(F.col("_r"), F.col("ts"))).over(
@@ -111,7 +125,7 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
                 .select(F.col("partition").cast("int"), F.col("offset").cast("long"),
                         F.col("window_start").cast("long"), F.col("stream_time").cast("long")))
     return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
-                    ledger_read=ledger is not None)
+                    ledger_read=ledger is not None, stream_times_from=origin)
 
 
 def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:

@@ -1,4 +1,4 @@
-"""Normalise an output and compare two outputs by key, in Spark, at any scale (nothing collected).
+"""Part: verify. Normalise an output and compare two outputs by key, in Spark, at any scale (nothing collected).
 
 An update stream is reduced to its last value per key by its write order (partition, offset): only
 "the last value per window is emitted" is certain (kafka-streams.md 14.2.2). Rows repeated with

@@ -1,4 +1,4 @@
-"""The report folder: report.json and one self-contained index.html (inline CSS, inline SVG plots).
+"""Part: verify. The report folder: report.json and one self-contained index.html (inline CSS, inline SVG plots).
 
 No script and no font or stylesheet from a CDN (DESIGN.md "Reports"): the page reads fully offline.
 great-expectations' Data Docs (which load assets from CDNs) are a secondary, linked page under gx/.

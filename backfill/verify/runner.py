@@ -1,4 +1,4 @@
-"""`backfill verify` and `backfill diff`: read both outputs, reconcile, attribute causes, check, report.
+"""Part: verify. `backfill verify` and `backfill diff`: read both outputs, reconcile, attribute causes, check, report.
 
 Everything heavy stays in Spark; the driver collects only counts, a bounded timeline, a bounded
 histogram and a few samples per category.
@@ -19,14 +19,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
+from backfill.io.runs import last_run
 from backfill.ledger import LEDGER_SCHEMA
 from backfill.ranges import in_range
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.checks.expectations import (RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate,
-                                          window_checks, window_frame)
+from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
+from backfill.ops.aggregate import window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
                                        normalise, parse_tolerances, require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
@@ -235,7 +236,9 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         counts = category_counts(result, cmp)
         notes = _notes(cmp, order, updates)
         ledger = _ledger(spark, plan)
-        ev = causes_mod.gather(spark, plan, op, ledger)
+        ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
+                                                                 plan.end))
+        notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
         attributed, cause_counts = None, {c: 0 for c in causes_mod.CAUSES}
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
@@ -330,7 +333,9 @@ def _stream_suites(stream: DataFrame, op: OperatorSpec, report_dir: Path) -> lis
     """The window suite on the streaming output as archived (every row, not only the last per window),
     and `(partition, offset)` uniqueness as its own suite on the duplicated groups (as before publish:
     one aggregation instead of GX's window over every row)."""
-    suites = [_suite(window_frame(stream, op), window_checks(op, stream.columns), f"{op.name}.stream",
+    assert op.aggregate is not None
+    w = TimeWindows.of(op.aggregate.window)
+    suites = [_suite(window_frame(stream, w), window_checks(w, stream.columns), f"{op.name}.stream",
                      f"streaming output of {op.name}", report_dir / "gx" / op.name)]
     unique = ("partition", "offset")
     if set(unique) <= set(stream.columns):

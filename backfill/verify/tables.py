@@ -1,4 +1,5 @@
-"""Outputs to compare: a Delta table (optionally `path@version`), a parquet folder or a JSONL file/folder."""
+"""Part: verify. Outputs to compare: a Delta table (optionally `path@version`), a parquet folder or a JSONL
+file/folder."""
 from __future__ import annotations
 
 import os

@@ -64,22 +64,26 @@ def test_failing_expectations_block_the_delta_commit(tmp_path: Path, spark: Any)
     from backfill.io.sinks import write_output
     from backfill.checks.expectations import PublishChecks
 
-    op = OperatorSpec.model_validate({"name": "agg", "aggregate": {
+    from backfill.ops.aggregate import WindowAggregate
+
+    spec = OperatorSpec.model_validate({"name": "agg", "aggregate": {
         "input": "s", "window": {"type": "tumbling", "size": "1m", "grace": "0ms"},
         "aggregations": {"n": "count()"}, "emit": "final"}})
+    op = WindowAggregate(name="agg", kind="aggregate", inputs=("s",), window="tumbling 1m", emit="final", sink=None,
+                         spec=spec)
     results: dict[str, Any] = {}
-    checks = PublishChecks(spark, {"agg": op}, results)
+    checks = PublishChecks(spark, results)
     path = str(tmp_path / "gold")
     good = spark.createDataFrame([("a", 0, 60_000, 1, 5)], "key string, window_start long, window_end long, n long, "
                                                          "ts long")
     write_output(spark, good, "delta", path, column="window_start", start=None, end=None, metadata={},
-                 audit=checks.for_output("agg", "final"))
+                 audit=checks.for_output(op))
     assert results["agg.output"]["success"] and DeltaTable(path).version() == 0
     bad = spark.createDataFrame([("a", 0, 60_000, 1, 5), ("a", 0, 60_000, 2, 7), (None, 30_000, 90_000, 1, 95_000)],
                                 good.schema)
     with pytest.raises(PublishError) as caught:
         write_output(spark, bad, "delta", path, column="window_start", start=None, end=None, metadata={},
-                     audit=checks.for_output("agg", "final"))
+                     audit=checks.for_output(op))
     message = str(caught.value)
     assert "agg.output: expectations failed before publish" in message and "keys not null (1 rows)" in message
     assert "window starts aligned" in message and "(key, window_start) unique" in message

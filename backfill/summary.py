@@ -1,4 +1,4 @@
-"""The end-of-run summary a person reads: records in, out, dropped by reason, duration, records/s."""
+"""Part: commands. The end-of-run summary a person reads: records in, out, dropped by reason, duration, records/s."""
 from __future__ import annotations
 
 from typing import Any

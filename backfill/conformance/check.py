@@ -7,7 +7,11 @@ What is compared, per scenario (one task):
   the contract); and the task's dropped records (Kafka Streams' `dropped-records-total`) against the
   ledger's `late` and `null_key` rows;
 - joins: every forwarded row (key, value, timestamp) in emission order; dropped records against the
-  ledger's `null_key` and `null_value` rows (an `expired` write is not a dropped record in Kafka Streams).
+  ledger's `null_key` and `null_value` rows (an `expired` write is not a dropped record in Kafka Streams;
+  before 3.7 a null-key record never reaches the join, so it is not counted there either).
+
+Our engines run each job under the profile of the version that judges it (`kafka_streams:`), once per
+release line that has rules of its own.
 """
 from __future__ import annotations
 
@@ -22,8 +26,16 @@ from typing import Any
 
 from backfill.conformance.harness import Judged, judge
 from backfill.conformance.scenarios import Scenario, generate, write_job
+from backfill.jobspec import versions as ks_versions
 
-DROPS = {"aggregate": ("late", "null_key"), "join": ("null_key", "null_value")}
+
+def dropped_reasons(kind: str, version: str | None) -> tuple[str, ...]:
+    """The ledger reasons Kafka Streams' dropped-records metric counts, for an operator kind and version."""
+    if kind == "aggregate":
+        return ("late", "null_key")
+    return ("null_key", "null_value") if ks_versions.profile(version).join_null_keys_reach_join else ("null_value",)
+
+
 # (job path, engine) -> summary dict with outputs and ledger rows (backfill.cli.execute, injected)
 Execute = Callable[[Path, str], dict[str, Any]]
 
@@ -93,7 +105,7 @@ class Index:
             self.drops[place] = self.drops.get(place, 0) + 1
 
 
-def observe(sc: Scenario, index: Index) -> Observed:
+def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
     """The scenario's rows (in emission order) and its dropped records, from an engine's indexed summary."""
     rows = list(index.by_task.get((sc.operator, sc.id), []))
     for key in sorted({r["key"] for r in sc.records}, key=repr):
@@ -106,7 +118,7 @@ def observe(sc: Scenario, index: Index) -> Observed:
             out.sort(key=repr)
     else:
         out = [(r["key"], None, r["value"], r["ts"]) for r in rows]
-    dropped = sum(index.drops.get((sc.operator, sc.id, reason), 0) for reason in DROPS[sc.kind])
+    dropped = sum(index.drops.get((sc.operator, sc.id, reason), 0) for reason in dropped_reasons(sc.kind, version))
     return Observed(out, dropped)
 
 
@@ -156,21 +168,34 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
     The first differences of each engine are shrunk and written as job folders under `repro_dir`.
     """
     scenarios = generate(kind, count, seed)
-    job = write_job(work / kind, scenarios, name=f"conformance-{kind}")
     records = sum(len(sc.records) for sc in scenarios)
-    started = time.monotonic()
-    ref, order = reference_summary(job)
-    attach_order(scenarios, order)
-    progress(f"  reference engine: {records:,} records in {time.monotonic() - started:.1f} s")
-    summaries = {"reference": Index(ref)}
-    if "spark" in engines:
-        if execute is None:
-            raise ValueError("the Spark engine needs an executor")
-        started = time.monotonic()
-        summaries["spark"] = Index(spark_summary(job, execute))
-        progress(f"  Spark engine: {records:,} records in {time.monotonic() - started:.1f} s")
+    if "spark" in engines and execute is None:
+        raise ValueError("the Spark engine needs an executor")
+    by_rules: dict[tuple[bool, ...], dict[str, Index]] = {}
+
+    def engines_under(version: str) -> dict[str, Index]:
+        """Our engines' results under the version's profile: run once per set of rules that matter to `kind`."""
+        rules = ks_versions.profile(version)
+        key = () if kind == "aggregate" else (rules.join_null_keys_reach_join, rules.join_time_before_null_check,
+                                              rules.outer_scan_per_side)
+        line = rules.version
+        if key not in by_rules:
+            job = write_job(work / kind / line, scenarios, name=f"conformance-{kind}", kafka_streams=line)
+            started = time.monotonic()
+            ref, order = reference_summary(job)
+            attach_order(scenarios, order)
+            progress(f"  reference engine ({line} rules): {records:,} records in {time.monotonic() - started:.1f} s")
+            by_rules[key] = {"reference": Index(ref)}
+            if "spark" in engines:
+                assert execute is not None
+                started = time.monotonic()
+                by_rules[key]["spark"] = Index(spark_summary(job, execute))
+                progress(f"  Spark engine ({line} rules): {records:,} records in {time.monotonic() - started:.1f} s")
+        return by_rules[key]
+
     out = []
     for version in versions:
+        summaries = engines_under(version)
         started = time.monotonic()
         progress(f"  Kafka Streams {version}: replaying {len(scenarios):,} scenarios (TopologyTestDriver, one per task)")
         reported, judged = judge(scenarios, version)
@@ -180,7 +205,7 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
         for engine in engines:
             agreeing = 0
             for sc in scenarios:
-                ours = observe(sc, summaries[engine])
+                ours = observe(sc, summaries[engine], version)
                 if agree(sc, ours, judged[sc.id]):
                     agreeing += 1
                 else:
@@ -225,11 +250,11 @@ def _differences(scenarios: list[Scenario], version: str, work: Path) -> list[Di
     """The scenarios on which the reference engine and Kafka Streams disagree (a throwaway job for the batch)."""
     folder = Path(tempfile.mkdtemp(dir=work))
     try:
-        ref, order = reference_summary(write_job(folder, scenarios))
+        ref, order = reference_summary(write_job(folder, scenarios, kafka_streams=version))
         attach_order(scenarios, order)
         judged = judge(scenarios, version)[1]
         index = Index(ref)
-        found = [Difference(sc, "reference", observe(sc, index), judged[sc.id]) for sc in scenarios]
+        found = [Difference(sc, "reference", observe(sc, index, version), judged[sc.id]) for sc in scenarios]
         return [d for d in found if not agree(d.scenario, d.ours, d.theirs)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -240,7 +265,7 @@ def write_repro(found: Difference, small: Difference, version: str, root: Path) 
     folder = root / f"ks-{version}-{found.scenario.kind}-{found.engine}-scenario-{found.scenario.id}"
     shutil.rmtree(folder, ignore_errors=True)
     sc = Scenario(0, small.scenario.kind, small.scenario.config, small.scenario.records, small.scenario.order)
-    write_job(folder, [sc], name=f"conformance-{sc.kind}")
+    write_job(folder, [sc], name=f"conformance-{sc.kind}", kafka_streams=version)
     (folder / "difference.json").write_text(json.dumps({**small.to_dict(), "scenario": 0, "kafka_streams_version": version,
                                                         "found_as_scenario": found.scenario.id},
                                                        indent=2, default=str) + "\n")

@@ -111,7 +111,8 @@ def _join_records(rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
-def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance") -> Path:
+def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance", kafka_streams: str | None = None
+              ) -> Path:
     """One job for the batch: every scenario its own partition of shared sources, an operator per configuration.
 
     Every operator reads every scenario (a few thousand records: cheaper than a source per configuration);
@@ -151,6 +152,7 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
         sinks.append(f"  {op}: {{format: jsonl, path: out/{op}.jsonl}}")
     sinks.append("  _ledger: {format: jsonl, path: out/ledger.jsonl}")
     job = folder / "job.yaml"
-    job.write_text(f"name: {name}\nsources:\n" + "\n".join(sources) + "\noperators:\n" + "\n".join(operators)
+    rules = f"kafka_streams: \"{kafka_streams}\"\n" if kafka_streams else ""
+    job.write_text(f"name: {name}\n{rules}sources:\n" + "\n".join(sources) + "\noperators:\n" + "\n".join(operators)
                    + "\nsinks:\n" + "\n".join(sinks) + "\n")
     return job

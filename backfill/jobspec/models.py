@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from backfill.jobspec import versions
 from backfill.jobspec.durations import parse_duration
 
 Duration = Annotated[int, BeforeValidator(parse_duration)]
@@ -272,10 +273,21 @@ class VerifySpec(Strict):
 class JobSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     semantics: Literal["kafka-streams", "flink"] = "kafka-streams"
+    # the Kafka Streams release line whose rules the job reproduces (versions.py); None: the current line
+    kafka_streams: str | None = None
     sources: dict[str, SourceSpec] = Field(min_length=1)
     operators: list[OperatorSpec] = Field(min_length=1)
     sinks: dict[str, SinkSpec] = {}
     verify: dict[str, VerifySpec] = {}
+
+    @field_validator("kafka_streams", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)  # `kafka_streams: 3.6` unquoted is a YAML number
+        if value is not None:
+            versions.parse(str(value))
+        return value
 
     @model_validator(mode="after")
     def _references(self) -> JobSpec:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import PublishError, SpecError
+from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
@@ -55,7 +56,11 @@ def emit_seq(out_seq: int, phase: int, idx: int) -> int:
 class StreamJoin(Operator):
     """A KStream-KStream join: inner, left or outer, JoinWindows before/after/grace (10)."""
 
+    # the Kafka Streams release whose join rules apply (jobspec/versions.py)
+    rules: versions.Profile = field(default_factory=lambda: versions.profile(None), compare=False)
+
     range_column = "ts"  # a join row's range is its timestamp
+    HIDDEN = (*Operator.HIDDEN, "rules")
 
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
@@ -68,7 +73,7 @@ class StreamJoin(Operator):
         text = (f"{join_spec.how}, before {format_duration(w.before)} after {format_duration(w.after)} grace "
                 f"{format_duration(w.grace)}" + (" (eager: spurious-result fix off)" if w.eager else ""))
         base = {"name": spec.name, "kind": "join", "inputs": tuple(spec.inputs), "window": text, "emit": "updates",
-                "sink": sink, "spec": spec, "index": index}
+                "sink": sink, "spec": spec, "index": index, "rules": versions.profile(job.spec.kafka_streams)}
         if join_spec.left == join_spec.right:
             return cls(**base, implemented=False, not_implemented_reason=(
                 "self-joins (left and right the same source) are not implemented; declare the topic twice"))
@@ -98,14 +103,15 @@ class StreamJoin(Operator):
     def stream_time_columns(self) -> dict[str, Column]:
         """ST_j and both window stores' times."""
         assert self.spec is not None
-        return stream_time_columns(self.spec, self.stream_time)
+        return stream_time_columns(self.spec, self.stream_time, self.rules)
 
     def count_columns(self, live: Column) -> list[Column]:
         """Records reaching the join and those it skips for a null key or value (10.2 steps 2-3)."""
         spec = self.join_spec
         mine = F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull() & live
         outer = {"inner": [], "left": [spec.left], "outer": [spec.left, spec.right]}[spec.how]
-        forwarded = (F.col("source").isin(*outer) if outer else F.lit(False)) & F.col("value").isNotNull()
+        forwarded = (F.col("source").isin(*outer) if outer and self.rules.join_null_keys_reach_join else F.lit(False)) \
+            & F.col("value").isNotNull()
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(self.stat("nullkey")),
                 F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
@@ -123,7 +129,7 @@ class StreamJoin(Operator):
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Joined pairs, non-joined rows, the outer store's emissions; `expired` and null ledger rows."""
         assert self.spec is not None
-        return join(self.spec, processed, self.stream_time)
+        return join(self.spec, processed, self.stream_time, self.rules)
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null drops counted per record must all be in the ledger; the rest of the input contributed."""
@@ -141,18 +147,20 @@ def outer_sides(spec: JoinSpec) -> tuple[int, ...]:
     return {"inner": (), "left": (LEFT,), "outer": (LEFT, RIGHT)}[spec.how]
 
 
-def stream_time_columns(op: OperatorSpec, st: str) -> dict[str, Column]:
-    """ST_j over every record of either side (10.2 step 1) and each window store's time over its writes (9)."""
+def stream_time_columns(op: OperatorSpec, st: str, rules: versions.Profile) -> dict[str, Column]:
+    """ST_j over every record of either side (10.2 step 1; before 3.7 only over records with key and value)
+    and each window store's time over its writes (9)."""
     spec = op.join
     assert spec is not None
     live = F.col("_drop").isNull()
     written = live & F.col("key").isNotNull() & F.col("value").isNotNull()  # null puts are ignored (9)
-    return {st: live & F.col("source").isin(spec.left, spec.right),
+    advancing = live if rules.join_time_before_null_check else written
+    return {st: advancing & F.col("source").isin(spec.left, spec.right),
             f"{st}_l": written & (F.col("source") == spec.left),
             f"{st}_r": written & (F.col("source") == spec.right)}
 
 
-def join(op: OperatorSpec, ordered: DataFrame, st: str) -> OperatorResult:
+def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile) -> OperatorResult:
     """Run one stream-stream join over task-ordered records; `st` names its join stream-time column."""
     spec = op.join
     assert spec is not None
@@ -160,9 +168,10 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str) -> OperatorResult:
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
     recs = _records(ordered, spec, st, w)  # a projection of the task order, which the caller materialises
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True)).unionByName(
-        _non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull() & F.col("_outer")),
-                    F.col("seq"), IMMEDIATE))
+    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True))
+    if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
+        rows = rows.unionByName(_non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull()
+                                                       & F.col("_outer")), F.col("seq"), IMMEDIATE))
     cached: tuple[DataFrame, ...] = ()
     incomplete = None
     if outer_sides(spec):
@@ -173,7 +182,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str) -> OperatorResult:
         rows = rows.unionByName(_non_joined(_with_values(recs, now), F.col("seq"), IMMEDIATE))
         cached += (lone,)
         if not w.eager:
-            kernel = _outer_store(lone, joinable, w).persist(StorageLevel.MEMORY_AND_DISK)
+            kernel = _outer_store(lone, joinable, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
             emitted = kernel.where(F.col("out_seq").isNotNull())
             rows = rows.unionByName(_non_joined(_with_values(recs, emitted), F.col("out_seq"), TRIGGERED,
                                                 F.col("idx")))
@@ -183,7 +192,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str) -> OperatorResult:
     refused = joinable.where(F.col("_refused") & ~F.col("_outer"))
     expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti") \
         if len(outer_sides(spec)) < 2 else recs.where(F.lit(False))
-    ledger = _null_ledger(recs, op.name).unionByName(ledger_rows(
+    ledger = _null_ledger(recs, op.name, rules).unionByName(ledger_rows(
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", F.expr(joiner).alias("value"), "ts",
                          _emit_seq_col(F.col("_out_seq"), F.col("_phase"), F.col("_idx")).alias("emit_seq"), "task")
@@ -321,9 +330,11 @@ def _with_values(recs: DataFrame, picked: DataFrame) -> DataFrame:
     return recs.join(picked.select(*extra), ["task", "seq"])
 
 
-def _null_ledger(recs: DataFrame, name: str) -> DataFrame:
-    """Null key or value: skipped by the join processor (10.2 step 3), stream time already advanced."""
-    forwarded = F.col("_outer") & F.col("value").isNotNull()  # an outer side forwards null keys (step 2)
+def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFrame:
+    """Null key or value: skipped by the join processor (10.2 step 3), stream time already advanced (3.7+);
+    before 3.7 a null key never reaches the join at all."""
+    # an outer side forwards null keys (step 2, 3.7+)
+    forwarded = F.col("_outer") & F.col("value").isNotNull() & F.lit(rules.join_null_keys_reach_join)
     null_key = recs.where(F.col("key").isNull() & ~forwarded)
     null_value = recs.where(F.col("key").isNotNull() & F.col("value").isNull())
     return ledger_rows(null_key, reason=NULL_KEY, operator=name, stream_time=F.col("_stj"),
@@ -332,17 +343,17 @@ def _null_ledger(recs: DataFrame, name: str) -> DataFrame:
                     range_time=F.col("ts")))
 
 
-def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows) -> DataFrame:
+def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows, per_side: bool) -> DataFrame:
     """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6)."""
     waits = lone.where(F.col("_to") >= F.col("_stj")).select(
         "task", "seq", "ts", *FLAG_COLUMNS, F.lit(True).alias("waits"),
         F.coalesce("del_seq", F.lit(JAVA_MAX)).alias("del_seq"))
     triggers = joinable.where(F.col("ts") == F.col("_stj")).select(  # only the newest record triggers (step 4)
         "task", "seq", "ts", *FLAG_COLUMNS, F.lit(False).alias("waits"), F.lit(JAVA_MAX).alias("del_seq"))
-    return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w), KERNEL_SCHEMA)
+    return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w, per_side), KERNEL_SCHEMA)
 
 
-def _kernel(w: JoinWindows) -> Any:
+def _kernel(w: JoinWindows, per_side: bool) -> Any:
     """The applyInPandas function: one task's events -> its emitted and pending outer-store rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         task = int(pdf["task"].iloc[0])
@@ -351,7 +362,7 @@ def _kernel(w: JoinWindows) -> Any:
             side=("_side", "first"), ts=("ts", "first"), stj=("_stj", "first"), korder=("_korder", "first"),
             waits=("waits", "max"), trigger=("trigger", "max"), del_seq=("del_seq", "min")).reset_index()
         cols = {c: pdf[c].tolist() for c in ("seq", "side", "ts", "stj", "korder", "waits", "trigger", "del_seq")}
-        emitted, pending = outer_emissions(w, **cols)
+        emitted, pending = outer_emissions(w, **cols, per_side=per_side)
         ts = dict(zip(cols["seq"], cols["ts"]))
         rows = [(task, s, i, e, ts[e]) for s, i, e in emitted] + [(task, None, None, e, ts[e]) for e in pending]
         return pd.DataFrame(rows, columns=["task", "out_seq", "idx", "seq", "ts"]).astype(
@@ -365,9 +376,13 @@ def java_long(x: int) -> int:
 
 
 def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[int], stj: list[int],
-                    korder: list[Any], waits: list[bool], trigger: list[bool], del_seq: list[int]
-                    ) -> tuple[list[tuple[int, int, int]], list[int]]:
-    """Replay the outer store of one task: (trigger seq, position, record seq) emitted, and still pending."""
+                    korder: list[Any], waits: list[bool], trigger: list[bool], del_seq: list[int],
+                    per_side: bool = True) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """Replay the outer store of one task: (trigger seq, position, record seq) emitted, and still pending.
+
+    `per_side` (3.8+, KAFKA-15417): each entry is open by its own side's look-ahead. Before 3.8 the
+    processing record's side decides for every entry, the first open entry ends the scan, and the cheap
+    skip compares minTime with ST_j - its `before` - grace."""
     store: list[tuple[int, int, Any, int]] = []  # (ts, side byte, key order, seq): outer-store order (10.3)
     gone = {}
     min_time = JAVA_MAX
@@ -375,8 +390,10 @@ def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[in
     for i, s in enumerate(seq):
         if trigger[i]:
             ahead = w.after if side[i] == LEFT else w.before  # the processor's joinAfterMs
-            if java_long(min_time + ahead + w.grace) < stj[i]:  # 10.4 step 1: cheap skip otherwise
-                min_time, store = _emit_closed(store, gone, s, stj[i], w, emitted)
+            behind = w.before if side[i] == LEFT else w.after  # the processor's joinBeforeMs
+            due = java_long(min_time + ahead + w.grace) < stj[i] if per_side else min_time < stj[i] - behind - w.grace
+            if due:  # 10.4 step 1: cheap skip otherwise
+                min_time, store = _emit_closed(store, gone, s, stj[i], w, emitted, None if per_side else ahead)
         if waits[i]:  # 10.2 step 6
             min_time = min(min_time, ts[i])
             bisect.insort(store, (ts[i], side[i], korder[i], s))
@@ -385,8 +402,10 @@ def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[in
 
 
 def _emit_closed(store: list[tuple[int, int, Any, int]], gone: dict[int, int], s: int, st: int, w: JoinWindows,
-                 emitted: list[tuple[int, int, int]]) -> tuple[int, list[tuple[int, int, Any, int]]]:
-    """One emitNonJoinedOuterRecords pass (10.4 step 3); rows joined before seq s are already deleted."""
+                 emitted: list[tuple[int, int, int]], legacy_ahead: int | None = None
+                 ) -> tuple[int, list[tuple[int, int, Any, int]]]:
+    """One emitNonJoinedOuterRecords pass (10.4 step 3); rows joined before seq s are already deleted.
+    `legacy_ahead` (before 3.8): the processor's look-ahead, for every entry; the first open entry stops."""
     min_time, kept, open_sides, i, idx = JAVA_MAX, [], 0, 0, 0
     while i < len(store):
         ts, side, _, seq = entry = store[i]
@@ -394,6 +413,13 @@ def _emit_closed(store: list[tuple[int, int, Any, int]], gone: dict[int, int], s
             i += 1
             continue
         min_time = ts
+        if legacy_ahead is not None:
+            if ts + legacy_ahead + w.grace >= st:
+                break
+            emitted.append((s, idx, seq))
+            idx += 1
+            i += 1
+            continue
         if open_sides == 3:  # an open row on both sides: everything after is open too
             break
         if ts + w.look_back(side) + w.grace >= st:

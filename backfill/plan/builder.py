@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from backfill.errors import SourceError, SpecError
+from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.ops.base import Operator
 from backfill.ops.registry import operator_for
@@ -28,7 +29,8 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     if unused:
         notes.append(f"sources not read by any operator (skipped): {', '.join(unused)}")
     return Plan(job=job, start=start, end=end, sources=sources, operators=operators,
-                ledger_sink=_sink_path(job, "_ledger"), runs_sink=runs, notes=tuple(notes))
+                ledger_sink=_sink_path(job, "_ledger"), runs_sink=runs, notes=tuple(notes),
+                kafka_streams=versions.profile(job.spec.kafka_streams).version)
 
 
 def _sink_path(job: Job, name: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import SourceSpec
 from backfill.ops.base import Operator
@@ -41,6 +42,7 @@ class Plan:
     ledger_sink: str | None
     runs_sink: str | None
     notes: tuple[str, ...] = field(default=())
+    kafka_streams: str = versions.CURRENT  # the release line whose rules apply (jobspec/versions.py)
 
     @property
     def ranged(self) -> bool:

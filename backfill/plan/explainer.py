@@ -16,7 +16,8 @@ def instant(ms: int | None) -> str:
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
     """The plan as JSON-ready data."""
-    return {"job": plan.job.spec.name, "file": str(plan.job.path), "start": plan.start, "end": plan.end,
+    return {"job": plan.job.spec.name, "file": str(plan.job.path), "kafka_streams": plan.kafka_streams,
+            "start": plan.start, "end": plan.end,
             "sources": [s.describe() for s in plan.sources], "operators": [o.describe() for o in plan.operators],
             "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes)}
 
@@ -31,6 +32,9 @@ def _range_column(plan: Plan) -> str:
 def explain(plan: Plan) -> str:
     """A few lines a person reads before running: inputs, range, operators, warm-up and cool-down."""
     lines = [f"job {plan.job.spec.name} ({plan.job.path})",
+             f"rules: Kafka Streams {plan.kafka_streams}"
+             + (" (the default; set kafka_streams: to the version the application runs)"
+                if plan.job.spec.kafka_streams is None else ""),
              f"outputs: {_range_column(plan)} in [{instant(plan.start)}, {instant(plan.end)})"]
     for s in plan.sources:
         bounds = ""

@@ -1,1 +1,1 @@
-"""Part: reference engine. The reference engine: the job replayed one record at a time, in plain Python, as the spec reads."""
+"""Part: reference engine. The job replayed one record at a time, in plain Python, as the spec reads."""

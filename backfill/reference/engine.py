@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from backfill.errors import SourceError
+from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 from backfill.reference.expr import compile_aggregate, compile_fold
@@ -224,7 +225,8 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
 
 def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult) -> None:
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank)."""
-    ops = {op.name: _processor(op, task, result) for op in job.spec.operators}
+    rules = versions.profile(job.spec.kafka_streams)
+    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators}
     seq = 0
     order = result.order.setdefault(task, [])
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
@@ -240,9 +242,10 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult)
         agg.finish()
 
 
-def _processor(op: OperatorSpec, task: int, result: ReferenceResult) -> WindowAggregate | StreamJoin:
+def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
+               ) -> WindowAggregate | StreamJoin:
     """One operator instance per task, by kind."""
-    return StreamJoin(op, task, result) if op.join is not None else WindowAggregate(op, task, result)
+    return StreamJoin(op, task, result, rules) if op.join is not None else WindowAggregate(op, task, result)
 
 
 def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[str, Any]]]:

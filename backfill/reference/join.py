@@ -13,6 +13,7 @@ import struct
 from collections import defaultdict
 from typing import Any
 
+from backfill.jobspec import versions
 from backfill.jobspec.models import OperatorSpec
 from backfill.reference.expr import compile_scalar
 from backfill.reference.records import ledger_row
@@ -32,7 +33,7 @@ def key_bytes(key: Any) -> bytes:
 class StreamJoin:
     """Both join processors of one task (left and right), their window stores and the outer store."""
 
-    def __init__(self, op: OperatorSpec, task: int, result: Any) -> None:
+    def __init__(self, op: OperatorSpec, task: int, result: Any, rules: versions.Profile | None = None) -> None:
         spec = op.join
         assert spec is not None
         self.name, self.task, self.result = op.name, task, result
@@ -40,6 +41,7 @@ class StreamJoin:
         self.windows = JoinWindows.of(op)
         self.outer_sides = {"inner": set(), "left": {LEFT}, "outer": {LEFT, RIGHT}}[spec.how]
         self.joiner = compile_scalar(spec.value)
+        self.rules = rules or versions.profile(None)
         self.stream_time = -1  # ST_j, shared by both processors (10.1)
         self.min_time = JAVA_MAX
         self.store_time = {LEFT: -1, RIGHT: -1}  # storeST per window store (9)
@@ -53,6 +55,13 @@ class StreamJoin:
         """kafka-streams.md 10.2 steps 1-7 for the processor of the record's side."""
         side = LEFT if rec["source"] == self.left else RIGHT
         t, key, value = rec["ts"], rec["key"], rec["value"]
+        if not self.rules.join_null_keys_reach_join and key is None:
+            # before 3.7 the join's window processor does not pass a null-key record on at all
+            self._ledger(rec, "null_key", self.stream_time if self.stream_time >= 0 else None)
+            return
+        if not self.rules.join_time_before_null_check and value is None:  # before 3.7: dropped first
+            self._ledger(rec, "null_value", self.stream_time if self.stream_time >= 0 else None)
+            return
         self.stream_time = max(self.stream_time, t)  # step 1: before the null checks (3.7+)
         outer = side in self.outer_sides
         if outer and key is None and value is not None:  # step 2: forwarded at once with key null
@@ -100,6 +109,9 @@ class StreamJoin:
         assert self.outer is not None
         w = self.windows
         ahead = w.after if side == LEFT else w.before  # the processor's joinAfterMs
+        if not self.rules.outer_scan_per_side:  # before 3.8: the processor's own windows decide
+            self._emit_closed_before_3_8(seq, side)
+            return
         if java_long(self.min_time + ahead + w.grace) >= self.stream_time:  # step 1: cheap skip
             return
         self.min_time = JAVA_MAX
@@ -121,6 +133,26 @@ class StreamJoin:
             if emitted:
                 del self.outer[entry]
 
+    def _emit_closed_before_3_8(self, seq: int, side: int) -> None:
+        """emitNonJoinedOuterRecords as 3.4 to 3.7 have it (before KAFKA-15417): the processing side's
+        `before` in the cheap skip, its `after` for entries of both sides, the first open entry ends the scan."""
+        assert self.outer is not None
+        w = self.windows
+        before, after = (w.before, w.after) if side == LEFT else (w.after, w.before)
+        if self.min_time >= self.stream_time - before - w.grace:
+            return
+        self.min_time = JAVA_MAX
+        idx = 0
+        for entry in sorted(self.outer):
+            ts, s, _ = entry
+            for rec, _ in self.outer[entry]:
+                self.min_time = ts
+                if ts + after + w.grace >= self.stream_time:
+                    return
+                self._emit(rec["key"], rec, s, None, ts, seq, TRIGGERED, idx)
+                idx += 1
+            del self.outer[entry]
+
     def _emit(self, key: Any, rec: dict[str, Any], side: int, other: dict[str, Any] | None, ts: int,
               out_seq: int, phase: int, idx: int) -> None:
         this, that = _struct(rec), _struct(other)
@@ -129,7 +161,7 @@ class StreamJoin:
         self.result.outputs[self.name].append({"key": key, "value": value, "ts": ts,
                                                "emit_seq": join_emit_seq(out_seq, phase, idx), "task": self.task})
 
-    def _ledger(self, rec: dict[str, Any], reason: str, stream_time: int) -> None:
+    def _ledger(self, rec: dict[str, Any], reason: str, stream_time: int | None) -> None:
         self.result.ledger.append(ledger_row(rec, self.name, reason, rec["ts"], stream_time, None,
                                               range_time=rec["ts"]))
 

@@ -105,9 +105,9 @@ def test_failed_expectations_exit_1_and_publish_nothing(tmp_path, spark, monkeyp
     from backfill.errors import ExpectationsFailed
     from backfill.checks import expectations
 
-    def failing(self, name, emit):  # what a failed window suite does: stop the publish of that output
+    def failing(self, op):  # what a failed window suite does: stop the publish of that output
         def audit(_staged):
-            raise ExpectationsFailed(f"{name}.output: expectations failed before publish: window size; "
+            raise ExpectationsFailed(f"{op.name}.output: expectations failed before publish: window size; "
                                      "nothing was published")
         return audit
 

@@ -228,17 +228,17 @@ def pair_facts(spark: Any, job: Path) -> dict[str, int]:
 
     from backfill.ops.join import _pair_join, _records, bucketed
     from backfill.ops.windows import JoinWindows
-    from backfill.order.tasks import order_records
     from backfill.plan import evaluator as ev
     from backfill.plan.builder import build_plan
     from backfill.jobspec import load_job
 
     plan = build_plan(load_job(job))
-    ops = plan.job.spec.operators
+    op = plan.operators[0]
     summary = ev.RunSummary(run_id="facts", job="facts", start=None, end=None)
-    ordered = order_records(ev._read_all(plan, spark, summary), ev._stream_times(ops))
-    w = JoinWindows.of(ops[0].join)  # type: ignore[arg-type]
-    recs = _records(ordered, ops[0].join, "_st_0", w).where("key IS NOT NULL AND value IS NOT NULL")  # type: ignore
+    ordered = ev._ordered(plan, ev._read_all(plan, spark, summary))
+    w = JoinWindows.of(op.spec.join)  # type: ignore[union-attr,arg-type]
+    recs = _records(ordered, op.spec.join, op.stream_time, w).where(  # type: ignore[union-attr,arg-type]
+        "key IS NOT NULL AND value IS NOT NULL")
     recs = recs.persist()
     lrows, rrows, equi = bucketed(recs, recs, w)
     per_key = recs.groupBy("task", "key").agg(F.sum(F.when(F.col("_side") == 1, 1).otherwise(0)).alias("l"),

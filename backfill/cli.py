@@ -284,11 +284,19 @@ ReportOpt = Annotated[Optional[Path], typer.Option(
 def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, tolerance: ToleranceOpt = None,
            report: ReportOpt = None, run_first: Annotated[bool, typer.Option(
                "--run", help="Run the job first (same range), then verify what it published.")] = False,
+           commits: Annotated[Optional[Path], typer.Option(
+               "--commits", help="The application's committed input offsets when it restarted (JSON list of "
+               "partition/offset, or kafka-consumer-groups --describe output): restarts are then reconciled "
+               "from there.", show_default=False)] = None,
+           corrections: Annotated[Optional[Path], typer.Option(
+               "--corrections", help="Write the windows to republish (the backfill's values where a cause shows "
+               "the stream's are wrong) to OUT/<operator>, in the sink's format.", show_default=False)] = None,
            start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Reconcile the backfill's published output with the streaming application's output, with causes."""
     from backfill.plan.builder import build_plan
     from backfill.jobspec import load_job
     from backfill.verify.reconcile import parse_tolerances
+    from backfill.verify.restarts import read_commits
     from backfill.verify.runner import default_report_dir, targets_for, verify_plan
 
     with handled():
@@ -297,13 +305,14 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
         targets = targets_for(the_plan, against or [])
         mapping = _pairs(maps or [], "--map", "col=source_col")
         tolerances = parse_tolerances(tolerance or [])
+        committed = read_commits(commits) if commits is not None else None
         folder = report or default_report_dir(the_plan.job.spec.name)
         summary = execute(job, lo, hi, profile, "spark", err, quiet=as_json) if run_first else None
         from backfill.session import get_spark
 
         with _status("verifying", as_json) as progress:
             outcome = verify_plan(get_spark(profile), the_plan, targets, mapping, tolerances, folder, progress,
-                                  run=summary)
+                                  run=summary, commits=committed, corrections=corrections)
         _finish(outcome, as_json)
 
 

@@ -57,6 +57,17 @@ def print_verification(console: Console, outcome: Any, page: Any) -> None:
     if outcome.causes is not None:
         causes = ", ".join(f"{c} {n:,}" for c, n in outcome.causes.items() if n) or "none needed"
         console.print(f"causes: {causes}", highlight=False)
+    for s in outcome.sections:
+        for t in getattr(s, "restarts", []):
+            w = t["windows"]
+            console.print(f"{s.name}: task {t['task']} restarted at offset {t['restart_offset']} "
+                          f"({'committed' if t['restart_offset_from'] == '--commits' else 'inferred'}): "
+                          f"{w['reprocessed_after_restart']:,} windows inflated, {w['reemitted']:,} re-emitted, "
+                          f"{w['state_lost_on_restore']:,} lost on restore", highlight=False)
+        if getattr(s, "corrections", None):
+            c = s.corrections
+            console.print(f"{s.name}: {c['rows']:,} corrections written to {c['path']} ({c['format']})",
+                          highlight=False)
     suites = [e for s in outcome.sections for e in s.expectations]
     suites += list((outcome.run or {}).get("expectations", {}).values())
     failed = [e["name"] for e in suites if not e["success"]]

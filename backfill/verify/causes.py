@@ -14,6 +14,8 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 - range_boundary: the window was not closed by the end of the data read, starts before the first
   record read of a partition that was read from a later offset, or lies outside the stream's output.
 - missing_input: the key's partition has an offset gap while the window was open (14.2.8).
+- reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
+  application did, in a task with evidence of a restart (verify/restarts.py).
 - unexplained: none of the above: a real logic difference.
 """
 from __future__ import annotations
@@ -33,11 +35,23 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import extract
+from backfill.verify import restarts
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
+from backfill.verify.restarts import RESTART_CAUSES
 
-CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input", "unexplained")
+CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
+          *RESTART_CAUSES, "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
+
+
+@dataclass(frozen=True)
+class RestartEvidence:
+    """What shows a restart: the application's committed offsets, or windows of a final output re-emitted
+    with another value (key, window_start)."""
+
+    commits: dict[int, int] | None = None
+    changed: DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -189,17 +203,17 @@ def recompute(rows: DataFrame, aggs: list[CompiledAggregation], group: list[str]
     by_seq = "(l, r) -> CASE WHEN l.seq < r.seq THEN -1 WHEN l.seq > r.seq THEN 1 ELSE 0 END"
     ordered = f"array_sort(collect_list(struct({fields})), {by_seq})"
     cols = [(a.fold_over(ordered) if a.is_fold else a.aggregate()).alias(a.name) for a in aggs]
-    return (rows.withColumn("seq", F.col("offset"))
-            .groupBy(*group).agg(*cols, F.max("ts").alias("ts"), F.count(F.lit(1)).alias("_n")))
+    if "seq" not in rows.columns:
+        rows = rows.withColumn("seq", F.col("offset"))
+    return (rows.groupBy(*group).agg(*cols, F.max("ts").alias("ts"), F.count(F.lit(1)).alias("_n")))
 
 
-def late_variants(mem: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
-                  windows: TimeWindows) -> DataFrame:
-    """Per window, the smallest variant that gives the stream's value exactly: (key, window_start, variant)."""
+def reproducing(rows: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
+                windows: TimeWindows) -> DataFrame:
+    """The (key, window_start, variant) whose recomputation over `rows` gives the stream's value exactly."""
     from datacompy.spark import columns_equal
 
-    exploded = variants(mem)
-    values = recompute(exploded, aggs, ["key", "window_start", "variant"]).withColumn(
+    values = recompute(rows, aggs, ["key", "window_start", "variant"]).withColumn(
         "window_end", F.col("window_start") + F.lit(windows.size))
     compared = [c for c in cmp.columns if c in values.columns]
     right = nonmatch.where(F.col("_in_stream")).select("key", "window_start", *[f"r_{c}" for c in compared])
@@ -209,7 +223,13 @@ def late_variants(mem: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggreg
     for c in compared:
         tol = cmp.tolerances.get(c, Tolerance())
         ok = ok & F.coalesce(columns_equal(joined, f"l_{c}", f"r_{c}", rel_tol=tol.rel, abs_tol=tol.abs), F.lit(False))
-    found = joined.where(ok).select("key", "window_start", "variant")
+    return joined.where(ok).select("key", "window_start", "variant")
+
+
+def late_variants(mem: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
+                  windows: TimeWindows) -> DataFrame:
+    """Per window, the smallest variant that gives the stream's value exactly: (key, window_start, variant)."""
+    found = reproducing(variants(mem), nonmatch, aggs, cmp, windows)
     # removing every accepted record (all arrived behind stream time) leaves no window: the stream has none
     counts = mem.groupBy("key", "window_start").agg(
         F.count(F.when(F.col("status") == "accepted", 1)).alias("_acc"),
@@ -239,8 +259,10 @@ def variant_records(mem: DataFrame, best: DataFrame) -> DataFrame:
 
 
 def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
-              stream_bounds: tuple[int | None, int | None]) -> DataFrame:
-    """Non-matching rows with `cause`, `detail` and `records` (the input records that show the cause)."""
+              stream_bounds: tuple[int | None, int | None],
+              restart: RestartEvidence | None = None) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """Non-matching rows with `cause`, `detail` and `records` (the input records that show the cause), and
+    the restarts found (one entry per restarted task, verify/restarts.py `incidents`)."""
     assert op.aggregate is not None
     windows = TimeWindows.of(op.aggregate.window)
     aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate")
@@ -259,17 +281,68 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
             .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
         out = (nonmatch.join(best, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
                .join(ties, ["key", "window_start"], "left").join(key_parts, "key", "left"))
+        out = out.withColumn("_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]))
+        points = _restart_points(ev, restart)
+        out = _with_restarts(out, mem, nonmatch, best, points, ev, aggs, cmp, windows)
         parts = ev.partitions.collect()  # one row per input partition
         out = _with_boundaries(out, parts, windows, stream_bounds, cmp)
         out = _with_gaps(out, ev, parts, windows)
         order_sensitive = [a.name for a in aggs if a.order_sensitive]
         attributed = _assign(out, cmp, windows, order_sensitive).persist(StorageLevel.MEMORY_AND_DISK)
         attributed.count()  # materialise while the inputs are cached
+        found = restarts.incidents(attributed, points, ev.records) if points else []
         mem.unpersist()
-        return attributed
+        return attributed, found
     finally:
         for frame in (nonmatch, ev.records):
             frame.unpersist()
+
+
+def _restart_points(ev: Evidence, restart: RestartEvidence | None) -> dict[int, int | None]:
+    """Per input partition with evidence of a restart: the committed offset, or None (to be inferred)."""
+    if restart is None:
+        return {}
+    if restart.commits is not None:
+        return {int(p): int(o) for p, o in restart.commits.items()}
+    if restart.changed is None:
+        return {}
+    keys = restart.changed.select("key").distinct()
+    return {r["partition"]: None for r in ev.records.join(keys, "key", "left_semi")
+            .select("partition").distinct().collect()}
+
+
+def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: DataFrame,
+                   points: dict[int, int | None], ev: Evidence, aggs: list[CompiledAggregation], cmp: Comparison,
+                   windows: TimeWindows) -> DataFrame:
+    """`restart_variant`, `restart_records`, `restart_from`/`restart_to` (a run applied twice or the records
+    counted alone), and `_reemit`/`closed_at` for repeated emissions of windows closed after the restart."""
+    empty = {"restart_variant": "long", "restart_records": "array<struct<partition:int,offset:long,ts:long,"
+             "st:long,status:string>>", "restart_n": "long", "restart_from": "long", "restart_to": "long",
+             "closed_at": "long"}
+    if not points:
+        for name, kind in empty.items():
+            out = out.withColumn(name, F.lit(None).cast(kind))
+        return out.withColumn("_reemit", F.lit(False)).withColumn("_restart_at", F.lit(None).cast("long"))
+    open_ = mem.join(late.select("key", "window_start"), ["key", "window_start"], "left_anti")
+    rows = restarts.variants(open_, points)
+    chosen = restarts.choose(reproducing(rows, nonmatch, aggs, cmp, windows))
+    shown = restarts.variant_records(mem, chosen)
+    out = out.join(chosen, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
+    # where each task restarted: its committed offset, else the earliest record a proven variant applied twice
+    twice = F.floor(F.col("restart_variant") / 10**6) == restarts.DOUBLE
+    inferred = {r["_task"]: r["at"] for r in out.where(twice).groupBy("_task").agg(
+        F.min("restart_from").alias("at")).collect()} if any(o is None for o in points.values()) else {}
+    at = {p: (o if o is not None else inferred.get(p)) for p, o in points.items()}
+    known = {p: o for p, o in at.items() if o is not None}
+    if not known:
+        return out.withColumn("closed_at", F.lit(None).cast("long")).withColumn("_reemit", F.lit(False)) \
+            .withColumn("_restart_at", F.lit(None).cast("long"))
+    at_map = F.create_map(*[x for p, o in known.items() for x in (F.lit(p), F.lit(o))])
+    repeated = out.where((F.col("category") == cmp.label("duplicate")) & F.col("_task").isin(list(known))) \
+        .select("key", "window_start", F.col("_task").alias("partition"))
+    closed = restarts.closing_offsets(ev.records, repeated, windows.size, windows.grace)
+    out = out.join(closed, ["key", "window_start"], "left").withColumn("_restart_at", at_map[F.col("_task")])
+    return out.withColumn("_reemit", F.coalesce(F.col("closed_at") >= F.col("_restart_at"), F.lit(False)))
 
 
 def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows,
@@ -330,16 +403,37 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     late_detail = F.when(F.col("variant") > 0, F.format_string(
         "the stream accepted %d record(s) the backfill dropped as late", F.col("variant"))).otherwise(
         F.format_string("the stream dropped %d record(s) the backfill accepted behind stream time", -F.col("variant")))
-    cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"), F.lit("duplicate_delivery"))
+    # a restart cause yields to tie order and to a window incomplete in the data read (a chance match of a
+    # recomputation there proves nothing)
+    boundary = F.col("_end_open") | F.col("_start_open") | F.col("_outside")
+    kind = F.when(~only_order & ~boundary, F.floor(F.col("restart_variant") / 10**6))
+    cause = (F.when(F.col("category") == dup, F.when(F.col("_reemit"), F.lit("reemitted"))
+                    .when(F.col("_copies") >= F.col("_extra"), F.lit("duplicate_delivery"))
                     .otherwise(F.lit("unexplained")))
              .when(F.col("variant").isNotNull(), F.lit("late_drop_differs"))
+             .when(kind == restarts.DOUBLE, F.lit("reprocessed_after_restart"))
+             .when(kind == restarts.SUFFIX, F.lit("state_lost_on_restore"))
              .when(only_order, F.lit("tie_order"))
-             .when(F.col("_end_open") | F.col("_start_open") | F.col("_outside"), F.lit("range_boundary"))
+             .when(boundary, F.lit("range_boundary"))
              .when(F.col("_gap").isNotNull(), F.lit("missing_input"))
              .otherwise(F.lit("unexplained")))
-    detail = (F.when(F.col("category") == dup, F.format_string(
-        "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
+    restart_at = F.coalesce(F.col("_restart_at").cast("string"), F.lit("?"))
+    detail = (F.when((F.col("category") == dup) & F.col("_reemit"), F.format_string(
+        "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
+        "suppress's buffer, restored as it was at the last commit, emitted it again; a compacted table keeps the "
+        "last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at))
+        .when(F.col("category") == dup, F.format_string(
+            "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
         .when(F.col("variant").isNotNull(), late_detail)
+        .when(kind == restarts.DOUBLE, F.format_string(
+            "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
+            "store restored after the restart already held them and they were processed again; %s",
+            F.col("restart_n"), F.col("_task"), F.col("restart_from"), F.col("restart_to"), _kept()))
+        .when(kind == restarts.SUFFIX, F.format_string(
+            "the stream's value is the aggregate of the window's last %d record(s) alone (partition %d offsets "
+            "%d-%d): the window had expired in the store restored after the restart, so each record was "
+            "aggregated from the initializer and not stored; %s", F.col("restart_n"), F.col("_task"),
+            F.col("restart_from"), F.col("restart_to"), _kept()))
         .when(only_order, F.concat(F.lit("only order-sensitive columns differ ("), F.array_join("diff_columns", ", "),
                                    F.lit("); records with equal timestamps: their order is not knowable")))
         .when(F.col("_end_open"), F.lit("window not closed by the end of the data read "
@@ -350,7 +444,17 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
         .when(F.col("_gap").isNotNull(), F.col("_gap"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))
-    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra")]
-    return out.withColumn("cause", cause).withColumn("detail", detail).withColumn(
-        "records", F.when(F.col("cause") == "late_drop_differs", F.col("records"))).select(
-        *[c for c in keep if c != "variant"], "cause", "detail")
+    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]
+    records = (F.when(F.col("cause") == "late_drop_differs", F.col("records"))
+               .when(F.col("cause").isin("reprocessed_after_restart", "state_lost_on_restore"),
+                     F.col("restart_records")))
+    dropped = ("variant", "restart_variant", "restart_records", "records")
+    return out.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", records).select(
+        *[c for c in keep if c not in dropped], "records", "cause", "detail")
+
+
+def _kept() -> Column:
+    """What a compacted table of the stream's output holds for the window."""
+    return F.when(F.col("_rows") > 1, F.format_string(
+        "emitted %d times, a compacted table keeps the last, which is wrong", F.col("_rows"))).otherwise(
+        F.lit("emitted once, wrong"))

@@ -22,6 +22,13 @@ CAUSE_TEXT = {
     "tie_order": "an order-sensitive aggregation over records with equal timestamps: their order is not knowable",
     "duplicate_delivery": "the stream wrote the same result more than once (at-least-once delivery)",
     "missing_input": "the archived input has an offset gap while the window was open",
+    "reprocessed_after_restart": "after a restart, records processed between the last commit and the crash were "
+                                 "applied a second time (the restored state already held them); the records are "
+                                 "shown",
+    "reemitted": "a window emitted again after a restart (suppress's buffer restored as of the last commit); a "
+                 "compacted table keeps the last emission",
+    "state_lost_on_restore": "after a restart, the window had expired in the restored store: the stream counted "
+                             "only its last records; the records are shown",
     "unexplained": "no evidence explains it: a real logic difference",
 }
 VERDICT_TEXT = {
@@ -112,8 +119,34 @@ def _section(outcome: Outcome, s: Section) -> str:
               + (f"<table><tr><th>cause</th><th>windows</th></tr>{causes}</table>" if s.causes is not None else "")
               + "</div>")
     plots = "<div class=grid>" + _timeline_plot(s) + _lateness_plot(s) + "</div>"
-    return "\n".join([head, f"<ul class=muted>{notes}</ul>" if notes else "", tables, plots,
+    return "\n".join([head, f"<ul class=muted>{notes}</ul>" if notes else "", tables, _incidents(s), plots,
                       _expectations(s), _samples(s)])
+
+
+def _incidents(s: Section) -> str:
+    """Per restarted task: where it restarted, what the restart did to how many windows, first examples."""
+    if not s.restarts:
+        return ""
+    rows = []
+    for t in s.restarts:
+        w = t["windows"]
+        where = "?" if t["restart_offset"] is None else f"{t['restart_offset']:,}"
+        source = "committed offset (--commits)" if t["restart_offset_from"] == "--commits" else \
+            "inferred: earliest record applied twice"
+        through = "" if t.get("reprocessed_through") is None else f"{t['reprocessed_through']:,}"
+        when = _fmt(t["event_time_at_restart"], "ts") if t.get("event_time_at_restart") is not None else ""
+        examples = "<br>".join(f"{_e(x['cause'])}: {_e(x['key'])} @ {_e(_fmt(x['window_start'], 'window_start'))}"
+                               for x in t["examples"])
+        rows.append(f"<tr><td class=n>{t['task']}</td><td class=n>{where}</td><td>{_e(source)}</td>"
+                    f"<td class=n>{through}</td><td>{_e(when)}</td><td class=n>{w['reprocessed_after_restart']:,}"
+                    f"</td><td class=n>{w['reemitted']:,}</td><td class=n>{w['state_lost_on_restore']:,}</td>"
+                    f"<td class=mono>{examples}</td></tr>")
+    return ("<h3 id='incidents-" + _e(s.name) + "'>Incident: the application restarted</h3>"
+            "<div>Where each task restarted, and what the restart did to its windows (each proved by "
+            "recomputation; the records are shown with the samples below).</div><table class=incidents><tr>"
+            "<th>task (input partition)</th><th>restart offset</th><th>from</th><th>reprocessed through offset</th>"
+            "<th>event time at restart</th><th>inflated (applied twice)</th><th>re-emitted</th>"
+            f"<th>lost on restore</th><th>first examples</th></tr>{''.join(rows)}</table>")
 
 
 def _expectations(s: Section) -> str:

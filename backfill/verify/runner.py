@@ -26,10 +26,11 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
+from backfill.verify import restarts
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import window_checks, window_frame
-from backfill.verify.reconcile import (MATCH, Comparison, Tolerance, align, category_counts, compare, last_per_key,
-                                       normalise, parse_tolerances, require_columns)
+from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, category_counts, compare,
+                                       last_per_key, normalise, parse_tolerances, require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
                                    read_table)
 
@@ -38,6 +39,7 @@ SAMPLES_PER_GROUP = 3
 RECORDS_PER_SAMPLE = 12
 TIMELINE_BUCKETS = 60
 BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
+PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
 @dataclass
@@ -57,6 +59,8 @@ class Section:
     lateness: list[dict[str, Any]] = field(default_factory=list)
     expectations: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    corrections: dict[str, Any] | None = None
     seconds: float = 0.0
 
     @property
@@ -137,7 +141,7 @@ def _section_json(s: Section) -> dict[str, Any]:
     return {"name": s.name, "left": s.left, "right": s.right, "sides": list(s.sides), "keys": list(s.keys),
             "columns": list(s.columns), "counts": s.counts, "causes": s.causes, "notes": s.notes,
             "seconds": round(s.seconds, 3), "expectations": s.expectations, "timeline": s.timeline,
-            "lateness": s.lateness, "samples": s.samples}
+            "lateness": s.lateness, "samples": s.samples, "restarts": s.restarts, "corrections": s.corrections}
 
 
 def default_report_dir(name: str) -> Path:
@@ -160,13 +164,20 @@ class Target:
 
 def verify_plan(spark: SparkSession, plan: Plan, targets: list[Target], maps: dict[str, str],
                 tolerances: dict[str, Tolerance], report_dir: Path, progress: Progress = lambda _: None,
-                run: dict[str, Any] | None = None) -> Outcome:
-    """Reconcile each target operator's published output with its streaming output; write nothing yet."""
+                run: dict[str, Any] | None = None, commits: restarts.Commits | None = None,
+                corrections: Path | None = None) -> Outcome:
+    """Reconcile each target operator's published output with its streaming output; write nothing but the
+    corrections.
+
+    `commits`: the application's committed input offsets when it restarted (verify/restarts.py).
+    `corrections`: a folder; each operator's windows to republish are written to `<folder>/<operator>`.
+    """
     started, stamp = time.time(), dt.datetime.now(dt.timezone.utc).isoformat()
     sections = []
     for target in targets:
         t = time.time()
-        section = verify_operator(spark, plan, target, maps, tolerances, report_dir, progress)
+        out = None if corrections is None else corrections / target.operator
+        section = verify_operator(spark, plan, target, maps, tolerances, report_dir, progress, commits, out)
         section.seconds = time.time() - t
         sections.append(section)
     return Outcome(mode="verify", job=plan.job.spec.name, sections=sections, report_dir=report_dir,
@@ -194,7 +205,8 @@ def targets_for(plan: Plan, against: list[str]) -> list[Target]:
 
 
 def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str],
-                    tolerances: dict[str, Tolerance], report_dir: Path, progress: Progress) -> Section:
+                    tolerances: dict[str, Tolerance], report_dir: Path, progress: Progress,
+                    commits: restarts.Commits | None = None, corrections: Path | None = None) -> Section:
     """Read, normalise, compare, attribute and check one operator."""
     op = _window_operator(plan, target.operator)
     assert op.aggregate is not None
@@ -239,10 +251,11 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
                                                                  plan.end))
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
-        attributed, cause_counts = None, {c: 0 for c in causes_mod.CAUSES}
+        attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            attributed = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp))
+            restart = _restart_evidence(stream, ev, cmp, commits, updates, f"{op.name}")
+            attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
         progress(f"{op.name}: samples, timeline, expectations")
@@ -250,13 +263,62 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           timeline=_timeline(result, windows.advance), lateness=_lateness(ledger, op.name),
-                          notes=notes)
+                          notes=notes, restarts=found)
         section.expectations = _stream_suites(stream, op, report_dir)
+        if corrections is not None:
+            progress(f"{op.name}: writing corrections to {corrections}")
+            section.corrections = write_corrections(spark, left, attributed, cmp, plan, op.name, corrections)
         if attributed is not None:
             attributed.unpersist()
         return section
     finally:
         result.unpersist()
+
+
+CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore")
+
+
+def write_corrections(spark: SparkSession, left: DataFrame, attributed: DataFrame | None, cmp: Comparison,
+                      plan: Plan, name: str, path: Path) -> dict[str, Any]:
+    """The windows to republish over the stream's serving table, in the operator's sink format: the backfill's
+    value where a cause shows the stream's is wrong (`correction`: replace, insert; delete for a window the
+    stream should not have), never where the right value is not knowable (range_boundary, tie_order,
+    missing_input, unexplained). Replaces whatever was at `path`."""
+    from backfill.io.sinks import write_output
+
+    sink = plan.job.spec.sinks[name]
+    action = (F.when(F.col("category") == MISMATCH, F.lit("replace"))
+              .when(F.col("category") == cmp.label("missing"), F.lit("insert"))
+              .when(F.col("category") == cmp.label("extra"), F.lit("delete")))
+    wanted = (attributed.where(F.col("cause").isin(*CORRECTABLE)).select(*cmp.keys, "cause", action.alias("correction"))
+              if attributed is not None else None)
+    values = left.select(*cmp.keys, *cmp.columns)
+    if wanted is None:
+        rows = values.limit(0).withColumn("cause", F.lit(None).cast("string")) \
+            .withColumn("correction", F.lit(None).cast("string"))
+    else:
+        rows = wanted.join(values, list(cmp.keys), "left").select(*cmp.keys, *cmp.columns, "correction", "cause")
+    rows = rows.orderBy(*cmp.keys).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = {r["correction"]: r["count"] for r in rows.groupBy("correction").count().collect()}
+        write_output(spark, rows, sink.format, str(path), column="window_start", start=None, end=None,
+                     metadata={"backfill.corrections": plan.job.spec.name, "backfill.operator": name})
+    finally:
+        rows.unpersist()
+    return {"path": str(path), "format": sink.format, "rows": sum(counts.values()), "by_correction": counts}
+
+
+def _restart_evidence(stream: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
+                      commits: restarts.Commits | None, updates: bool, name: str) -> causes_mod.RestartEvidence:
+    """The committed offsets of the operator's input topic, else (final results only) the windows the stream
+    emitted again with another value."""
+    if commits is not None:
+        topics = [r["topic"] for r in ev.raw.select("topic").distinct().limit(100).collect()] \
+            if len({t for t, _, _ in commits if t is not None}) > 1 else []
+        return causes_mod.RestartEvidence(commits=restarts.commits_for(commits, topics, name))
+    if updates or not set(cmp.right_order) >= {"partition", "offset"}:
+        return causes_mod.RestartEvidence()
+    return causes_mod.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
 
 
 def _window_operator(plan: Plan, name: str) -> OperatorSpec:
@@ -397,6 +459,10 @@ def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, e
     frame = result.where(F.col("category") == MATCH).withColumn("cause", F.lit(None).cast("string")) \
         .withColumn("detail", F.lit(None).cast("string")).withColumn("records", F.lit(None))
     if attributed is not None:
+        # the offsets that prove a restart cause (verify/restarts.py), null for the other causes
+        attributed = attributed.withColumn("task", F.col("_task"))
+        frame = frame.select("*", *[F.lit(None).cast("long").alias(c) for c in PROOF_COLUMNS],
+                             F.lit(None).cast("int").alias("task"))
         frame = frame.unionByName(attributed.select(*frame.columns), allowMissingColumns=True)
     else:
         rest = result.where(F.col("category") != MATCH).withColumn("cause", F.lit(None).cast("string")) \

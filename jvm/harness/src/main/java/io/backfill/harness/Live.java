@@ -17,6 +17,9 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 
 /**
  * A live Kafka Streams application with the demo job's {@code clicks_per_user_1m} operator, run against a
@@ -31,8 +34,11 @@ import org.apache.kafka.streams.kstream.WindowedSerdes;
  * <p>Arguments: bootstrap application-id input-topic output-topic state-dir
  * [at_least_once|exactly_once_v2] [commit-interval-ms] [halt-after-n-records]. Prints {@code RUNNING} once
  * the application is running; SIGTERM closes it cleanly (its offsets committed, its state checkpointed) and prints {@code CLOSED}.
- * With halt-after-n-records, the JVM halts (no shutdown hook, no commit, no flush: a crash) while processing
- * the n-th record it reads.
+ * With halt-after-n-records, the instance prints {@code AT partition offset} for each record it starts to
+ * process, and halts the JVM (no shutdown hook, no commit, no close: a crash) when the n-th record arrives,
+ * after printing {@code HALT partition offset} for it (that record is not processed). Before the halt it
+ * waits one second, so what the producer had already been handed (outputs, changelog writes) reaches the
+ * broker and the test knows exactly which records the crashed instance applied to its state.
  */
 public final class Live {
     private static final Duration SIZE = Duration.ofMinutes(1);
@@ -88,11 +94,7 @@ public final class Live {
         Serde<String> text = Serdes.String();
         AtomicLong seen = new AtomicLong();
         builder.stream(input, Consumed.with(text, text))
-            .peek((key, click) -> {
-                if (haltAfter > 0 && seen.incrementAndGet() >= haltAfter) {
-                    Runtime.getRuntime().halt(137);
-                }
-            })
+            .processValues(() -> new Crash<>(haltAfter, seen))
             .groupByKey()
             .windowedBy(TimeWindows.ofSizeAndGrace(SIZE, GRACE))
             .aggregate(() -> "0\t\t", (key, click, acc) -> add(acc, click), Materialized.with(text, text))
@@ -101,6 +103,42 @@ public final class Live {
             .mapValues(Live::json)
             .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, SIZE.toMillis()), text));
         return builder.build();
+    }
+
+    /** Passes records on; with a halt point, says where each record came from and crashes at the n-th. */
+    static final class Crash<K, V> implements FixedKeyProcessor<K, V, V> {
+        private final long haltAfter;
+        private final AtomicLong seen;
+        private FixedKeyProcessorContext<K, V> context;
+
+        Crash(long haltAfter, AtomicLong seen) {
+            this.haltAfter = haltAfter;
+            this.seen = seen;
+        }
+
+        @Override
+        public void init(FixedKeyProcessorContext<K, V> context) {
+            this.context = context;
+        }
+
+        @Override
+        public void process(FixedKeyRecord<K, V> record) {
+            if (haltAfter > 0) {
+                String where = context.recordMetadata().map(m -> m.partition() + " " + m.offset()).orElse("? ?");
+                if (seen.incrementAndGet() >= haltAfter) {
+                    System.out.println("HALT " + where);
+                    System.out.flush();
+                    try {
+                        Thread.sleep(1000);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                    Runtime.getRuntime().halt(137);
+                }
+                System.out.println("AT " + where);
+            }
+            context.forward(record);
+        }
     }
 
     /** The aggregate "clicks TAB amount-or-empty TAB pages" after one more click. */

@@ -23,8 +23,9 @@ At-least-once (the default guarantee), a crash and restart (docs/semantics.md, "
   at or after the restart point, and emitted more than once).
 
 A restart is only considered in a task with evidence of one: the application's committed offsets
-(`--commits`), or, in `emit: final` outputs, a window emitted again with another value (a continuous run
-emits each final window once). Without that evidence nothing here applies, and the causes are what they
+(`--commits`), or what the stream shows: in `emit: final` outputs a window emitted again with another value
+(a continuous run emits each final window once), in `emit: updates` outputs a window with more updates than
+the backfill emitted (cache off, one update per accepted record: more means records processed again). Without that evidence nothing here applies, and the causes are what they
 were.
 """
 from __future__ import annotations
@@ -100,6 +101,14 @@ def changed_reemissions(stream: DataFrame, keys: tuple[str, ...], columns: tuple
     values = F.xxhash64(*[F.col(c) for c in columns])
     return (stream.groupBy(*keys).agg(F.countDistinct(values).alias("_values"))
             .where(F.col("_values") > 1).select(*keys))
+
+
+def replayed_updates(stream: DataFrame, backfill: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """Windows of an `emit: updates` output with more updates than the backfill emitted (one per record it
+    accepted, cache off): records were processed again. key, window_start."""
+    mine = backfill.groupBy(*keys).agg(F.count(F.lit(1)).alias("_mine"))
+    return (stream.groupBy(*keys).agg(F.count(F.lit(1)).alias("_theirs")).join(mine, list(keys))
+            .where(F.col("_theirs") > F.col("_mine")).select(*keys))
 
 
 def variants(mem: DataFrame, points: dict[int, int | None]) -> DataFrame:

@@ -254,7 +254,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            restart = _restart_evidence(stream, ev, cmp, commits, updates, f"{op.name}")
+            restart = _restart_evidence(stream, backfill, ev, cmp, commits, updates, f"{op.name}")
             attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
@@ -308,16 +308,18 @@ def write_corrections(spark: SparkSession, left: DataFrame, attributed: DataFram
     return {"path": str(path), "format": sink.format, "rows": sum(counts.values()), "by_correction": counts}
 
 
-def _restart_evidence(stream: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
+def _restart_evidence(stream: DataFrame, backfill: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
                       commits: restarts.Commits | None, updates: bool, name: str) -> causes_mod.RestartEvidence:
-    """The committed offsets of the operator's input topic, else (final results only) the windows the stream
-    emitted again with another value."""
+    """The committed offsets of the operator's input topic; else what the stream itself shows: a final window
+    emitted again with another value, or a window with more updates than one per record."""
     if commits is not None:
         topics = [r["topic"] for r in ev.raw.select("topic").distinct().limit(100).collect()] \
             if len({t for t, _, _ in commits if t is not None}) > 1 else []
         return causes_mod.RestartEvidence(commits=restarts.commits_for(commits, topics, name))
-    if updates or not set(cmp.right_order) >= {"partition", "offset"}:
+    if not set(cmp.right_order) >= {"partition", "offset"}:
         return causes_mod.RestartEvidence()
+    if updates:
+        return causes_mod.RestartEvidence(changed=restarts.replayed_updates(stream, backfill, cmp.keys))
     return causes_mod.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
 
 

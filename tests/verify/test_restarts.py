@@ -168,6 +168,36 @@ def test_no_restart_evidence_no_restart_cause(tmp_path: Path, job: Path) -> None
     assert not any(report["causes"][c] for c in ("reprocessed_after_restart", "reemitted", "state_lost_on_restore"))
 
 
+# emit: updates, cache off: one update per record; after the restart offsets 4-8 are processed again
+UPDATES = [("a", 0, 1, "a1"), ("b", 0, 1, "b1"), ("a", 0, 2, "a1a2"), ("c", 10_000, 1, "c1"),
+           ("a", 10_000, 1, "a3"), ("c", 10_000, 2, "c1c2"), ("d", 10_000, 1, "d1"), ("c", 10_000, 3, "c1c2c3"),
+           ("d", 10_000, 2, "d1d2"),
+           # the restart: a3, c2 and c3 again onto the restored windows; d's window had expired in the store
+           ("a", 10_000, 2, "a3a3"), ("c", 10_000, 4, "c1c2c3c2"), ("d", 10_000, 1, "d1"),
+           ("c", 10_000, 5, "c1c2c3c2c3"), ("d", 10_000, 1, "d2"),
+           ("e", 20_000, 1, "e1"), ("e", 20_000, 2, "e1e2"), ("f", 40_000, 1, "f1")]
+
+
+@pytest.mark.parametrize("commits", [True, False])
+def test_an_update_stream_replayed_after_a_restart(tmp_path: Path, spark: Any, commits: bool) -> None:
+    """Without committed offsets, the updates beyond one per record show the restart."""
+    write_jsonl(tmp_path / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": o, "key": k, "value": v,
+                                                   "timestamp": t} for o, k, v, t in INPUT])
+    (tmp_path / "job.yaml").write_text(JOB.replace("emit: final", "emit: updates"))
+    ran = CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml"), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    (tmp_path / "commits.json").write_text(json.dumps({"0": COMMITTED}))
+    args = ["--commits", str(tmp_path / "commits.json")] if commits else []
+    code, report = _verify(tmp_path, tmp_path / "job.yaml", *args, rows=[_row(*u) for u in UPDATES])
+    got = {(s["key"], s["window_start"]): s["cause"] for s in report["sections"][0]["samples"]
+           if s["category"] != "match"}
+    assert got == {("a", 10_000): "reprocessed_after_restart", ("c", 10_000): "reprocessed_after_restart",
+                   ("d", 10_000): "state_lost_on_restore"}
+    assert (code, report["verdict"]) == (0, "explained")
+    [task] = report["sections"][0]["restarts"]
+    assert task["restart_offset"] == 4 and task["restart_offset_from"] == ("--commits" if commits else "inferred")
+
+
 def test_commits_files_as_users_have_them(tmp_path: Path) -> None:
     from backfill.verify.restarts import commits_for, read_commits
 

@@ -178,17 +178,24 @@ UPDATES = [("a", 0, 1, "a1"), ("b", 0, 1, "b1"), ("a", 0, 2, "a1a2"), ("c", 10_0
            ("e", 20_000, 1, "e1"), ("e", 20_000, 2, "e1e2"), ("f", 40_000, 1, "f1")]
 
 
-@pytest.mark.parametrize("commits", [True, False])
-def test_an_update_stream_replayed_after_a_restart(tmp_path: Path, spark: Any, commits: bool) -> None:
-    """Without committed offsets, the updates beyond one per record show the restart."""
-    write_jsonl(tmp_path / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": o, "key": k, "value": v,
-                                                   "timestamp": t} for o, k, v, t in INPUT])
-    (tmp_path / "job.yaml").write_text(JOB.replace("emit: final", "emit: updates"))
-    ran = CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml"), "--json"])
+@pytest.fixture(scope="module")
+def updates_job(tmp_path_factory: pytest.TempPathFactory, spark_module: Any) -> Path:
+    """The same job with emit: updates, run once."""
+    tmp = tmp_path_factory.mktemp("restarts-updates")
+    write_jsonl(tmp / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": o, "key": k, "value": v,
+                                              "timestamp": t} for o, k, v, t in INPUT])
+    (tmp / "job.yaml").write_text(JOB.replace("emit: final", "emit: updates"))
+    ran = CliRunner().invoke(app, ["run", str(tmp / "job.yaml"), "--json"])
     assert ran.exit_code == 0, ran.stderr
+    return tmp / "job.yaml"
+
+
+@pytest.mark.parametrize("commits", [True, False])
+def test_an_update_stream_replayed_after_a_restart(tmp_path: Path, updates_job: Path, commits: bool) -> None:
+    """Without committed offsets, the updates beyond one per record show the restart."""
     (tmp_path / "commits.json").write_text(json.dumps({"0": COMMITTED}))
     args = ["--commits", str(tmp_path / "commits.json")] if commits else []
-    code, report = _verify(tmp_path, tmp_path / "job.yaml", *args, rows=[_row(*u) for u in UPDATES])
+    code, report = _verify(tmp_path, updates_job, *args, rows=[_row(*u) for u in UPDATES])
     got = {(s["key"], s["window_start"]): s["cause"] for s in report["sections"][0]["samples"]
            if s["category"] != "match"}
     assert got == {("a", 10_000): "reprocessed_after_restart", ("c", 10_000): "reprocessed_after_restart",

@@ -31,6 +31,9 @@ StartOpt = Annotated[Optional[str], typer.Option(
     "--start", help="First window start to write: ISO-8601 instant or epoch ms (inclusive).")]
 EndOpt = Annotated[Optional[str], typer.Option(
     "--end", help="End of the range by window start: ISO-8601 instant or epoch ms (exclusive).")]
+JunitOpt = Annotated[Optional[Path], typer.Option(
+    "--junit", help="Also write the verdict as JUnit XML: one test case per operator, failed when differences "
+    "are unexplained (diff: any difference) or expectations failed.", show_default=False)]
 ProfileOpt = Annotated[Optional[str], typer.Option(
     "--profile", help="Spark profile from conf/ (local, cluster); default $BACKFILL_PROFILE or local.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
@@ -291,6 +294,7 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
            corrections: Annotated[Optional[Path], typer.Option(
                "--corrections", help="Write the windows to republish (the backfill's values where a cause shows "
                "the stream's are wrong) to OUT/<operator>, in the sink's format.", show_default=False)] = None,
+           junit: JunitOpt = None,
            start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Reconcile the backfill's published output with the streaming application's output, with causes."""
     from backfill.plan.builder import build_plan
@@ -313,7 +317,7 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
         with _status("verifying", as_json) as progress:
             outcome = verify_plan(get_spark(profile), the_plan, targets, mapping, tolerances, folder, progress,
                                   run=summary, commits=committed, corrections=corrections)
-        _finish(outcome, as_json)
+        _finish(outcome, as_json, junit)
 
 
 @app.command()
@@ -321,7 +325,7 @@ def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or
          new: Annotated[str, typer.Argument(help="The new output: table path, or path@version.", show_default=False)],
          on: Annotated[list[str], typer.Option("--on", help="Key columns (comma-separated or repeated).")],
          tolerance: ToleranceOpt = None, report: ReportOpt = None, profile: ProfileOpt = None,
-         as_json: JsonOpt = False) -> None:
+         as_json: JsonOpt = False, junit: JunitOpt = None) -> None:
     """Compare two outputs by key (reprocessing after a logic change): same comparison and report, no causes."""
     from backfill.verify.reconcile import parse_tolerances
     from backfill.verify.runner import default_report_dir, diff_tables
@@ -334,7 +338,7 @@ def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or
         with _status("comparing", as_json) as progress:
             outcome = diff_tables(get_spark(profile), old, new, keys, parse_tolerances(tolerance or []), folder,
                                   progress)
-        _finish(outcome, as_json)
+        _finish(outcome, as_json, junit)
 
 
 def _pairs(items: list[str], option: str, shape: str) -> dict[str, str]:
@@ -359,11 +363,13 @@ def _status(what: str, quiet: bool) -> Iterator[Any]:
         yield lambda stage: err.print(f"[dim]- {stage}[/]", highlight=False)
 
 
-def _finish(outcome: Any, as_json: bool) -> None:
-    """Write the report, print the verdict, exit 0 (matched or explained) or 1."""
-    from backfill.verify.report import write_report
+def _finish(outcome: Any, as_json: bool, junit: Path | None = None) -> None:
+    """Write the report (and the JUnit XML), print the verdict, exit 0 (matched or explained) or 1."""
+    from backfill.verify.report import write_junit, write_report
 
     page = write_report(outcome)
+    if junit is not None:
+        write_junit(outcome, junit)
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, default=str))
     else:

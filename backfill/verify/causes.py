@@ -143,15 +143,17 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
 
 
 def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:
-    """Input records behind a few windows (no ordering pass): accepted or late per the ledger."""
+    """Input records behind a few windows (no ordering pass): the first `limit` of each, accepted or late per
+    the ledger, with `total`: how many the window has."""
     keys = wanted.select("key").distinct()
     rows = (ev.raw.join(F.broadcast(keys), "key", "left_semi")
             .select("*", F.explode(windows.starts("ts")).alias("window_start"))
             .join(F.broadcast(wanted.select("key", "window_start")), ["key", "window_start"]))
     late = ev.late.select("partition", "offset", "window_start", F.lit("late").alias("status"))
     rows = rows.join(late, ["partition", "offset", "window_start"], "left").fillna("accepted", ["status"])
-    ranked = rows.withColumn("_n", F.row_number().over(
-        Window.partitionBy("key", "window_start").orderBy("partition", "offset")))
+    per_window = Window.partitionBy("key", "window_start")
+    ranked = (rows.withColumn("_n", F.row_number().over(per_window.orderBy("partition", "offset")))
+              .withColumn("total", F.count(F.lit(1)).over(per_window)))
     return ranked.where(F.col("_n") <= limit).drop("_n")
 
 

@@ -64,6 +64,38 @@ def write_report(outcome: Outcome) -> Path:
     return page
 
 
+def write_junit(outcome: Outcome, path: Path) -> Path:
+    """The verdict per operator as JUnit XML: one test case per section, failed when the section has
+    differences no cause explains (or, in diff, any difference) or a failed expectation suite."""
+    import xml.etree.ElementTree as ET
+
+    name = f"backfill {outcome.mode}" + (f" {outcome.job}" if outcome.job else "")
+    suite = ET.Element("testsuite", name=name, tests=str(len(outcome.sections)), time=f"{outcome.duration_s:.3f}",
+                       timestamp=outcome.started_at)
+    failures = 0
+    for s in outcome.sections:
+        case = ET.SubElement(suite, "testcase", classname=name, name=s.name, time=f"{s.seconds:.3f}")
+        unexplained = s.differences if s.causes is None else s.causes.get("unexplained", 0)
+        failed = [e["name"] for e in s.expectations if not e["success"]]
+        counts = ", ".join(f"{c} {n:,}" for c, n in s.counts.items() if n)
+        causes = ", ".join(f"{c} {n:,}" for c, n in (s.causes or {}).items() if n)
+        if unexplained or failed:
+            failures += 1
+            why = []
+            if unexplained:
+                why.append(f"{unexplained:,} windows differ with no explanation")
+            if failed:
+                why.append(f"expectations failed: {', '.join(failed)}")
+            failure = ET.SubElement(case, "failure", message="; ".join(why), type="reconciliation")
+            failure.text = f"counts: {counts}\ncauses: {causes or 'none'}\nreport: {outcome.report_dir / 'index.html'}"
+        out = ET.SubElement(case, "system-out")
+        out.text = f"counts: {counts}\ncauses: {causes or 'none needed'}"
+    suite.set("failures", str(failures))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return path
+
+
 def render(outcome: Outcome) -> str:
     """The whole page."""
     title = f"backfill {outcome.mode}" + (f": {outcome.job}" if outcome.job else "")
@@ -206,31 +238,51 @@ def _inputs(row: dict[str, Any]) -> str:
     recs = row.get("inputs")
     if recs is None:
         return ""
+    total = row.get("inputs_total", len(recs))
+    shown = f"{total}" if total <= len(recs) else f"{total:,}; the first {len(recs)} shown"
     body = "".join(f"<tr><td class=n>{r['partition']}</td><td class=n>{r['offset']}</td><td>{_e(_fmt(r['ts'], 'ts'))}"
                    f"</td><td>{_e(r['status'])}</td><td class=mono>{_e(r['value'])}</td></tr>" for r in recs)
-    return (f"<details><summary>input records behind this window ({len(recs)})</summary><table><tr><th>partition"
+    return (f"<details><summary>input records behind this window ({shown})</summary><table><tr><th>partition"
             f"</th><th>offset</th><th>ts</th><th>backfill</th><th>value</th></tr>{body}</table></details>")
 
 
 # ----------------------------------------------------------------------------- plots (matplotlib -> inline SVG)
 
 
+# explained causes in muted colours, what nothing explains in red
+CAUSE_COLOURS = {"unexplained": "#c0392b", "missing_input": "#b9770e", "reprocessed_after_restart": "#8e6c8a",
+                 "state_lost_on_restore": "#a17fa0", "reemitted": "#c2b0c1", "late_drop_differs": "#5d7fa3",
+                 "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2"}
+
+
 def _timeline_plot(s: Section) -> str:
     if not s.timeline:
         return ""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.2, 2.8))
+    fig, ax = plt.subplots(figsize=(11.5, 3.0))
     xs = [_when(t["start"]) for t in s.timeline]
-    rate = [100.0 * t["differ"] / t["rows"] if t["rows"] else 0.0 for t in s.timeline]
     width = s.timeline[0]["width"] / 86_400_000 * 0.9  # matplotlib dates are days
-    ax.bar(xs, rate, width=width, color="#c0392b", align="edge")
+    causes = [c for c in CAUSE_COLOURS if any(t.get("causes", {}).get(c) for t in s.timeline)]
+    bottom = [0.0] * len(s.timeline)
+    if causes:  # stacked by cause, the most severe at the bottom
+        for cause in CAUSE_COLOURS:
+            if cause not in causes:
+                continue
+            share = [100.0 * t["causes"].get(cause, 0) / t["rows"] if t["rows"] else 0.0 for t in s.timeline]
+            ax.bar(xs, share, width=width, bottom=bottom, color=CAUSE_COLOURS[cause], align="edge", label=cause)
+            bottom = [b + h for b, h in zip(bottom, share)]
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    else:
+        bottom = [100.0 * t["differ"] / t["rows"] if t["rows"] else 0.0 for t in s.timeline]
+        ax.bar(xs, bottom, width=width, color="#c0392b", align="edge")
     ax.set_ylabel("windows not matching (%)")
     ax.set_xlabel("window start (UTC)")
-    ax.set_ylim(0, max(rate + [1.0]) * 1.15)
-    ax.set_title("mismatch rate over event time", fontsize=10)
+    ax.set_ylim(0, max(bottom + [1.0]) * 1.15)
+    ax.set_title("differences over event time, by cause", fontsize=10)
     fig.autofmt_xdate()
     return _figure(fig, f"plot-timeline-{s.name}",
-                   f"share of windows per bucket that are not a match ({len(s.timeline)} buckets)")
+                   f"share of windows per bucket that are not a match ({len(s.timeline)} buckets); explained causes "
+                   "in muted colours, unexplained in red")
 
 
 def _lateness_plot(s: Section) -> str:

@@ -25,8 +25,8 @@ At-least-once (the default guarantee), a crash and restart (docs/semantics.md, "
 A restart is only considered in a task with evidence of one: the application's committed offsets
 (`--commits`), or what the stream shows: in `emit: final` outputs a window emitted again with another value
 (a continuous run emits each final window once), in `emit: updates` outputs a window with more updates than
-the backfill emitted (cache off, one update per accepted record: more means records processed again). Without that evidence nothing here applies, and the causes are what they
-were.
+the backfill emitted (cache off, one update per accepted record: more means records processed again).
+Without that evidence nothing here applies, and the causes are what they were.
 """
 from __future__ import annotations
 

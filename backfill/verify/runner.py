@@ -39,6 +39,10 @@ SAMPLES_PER_GROUP = 3
 RECORDS_PER_SAMPLE = 12
 TIMELINE_BUCKETS = 60
 BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
+# the order a reader should look at causes in: what no evidence explains, then what corrupted the stream's
+# values, then what explains a difference without anything to repair
+SEVERITY = ("unexplained", "missing_input", "reprocessed_after_restart", "state_lost_on_restore",
+            "late_drop_differs", "reemitted", "duplicate_delivery", "tie_order", "range_boundary")
 PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
@@ -262,7 +266,8 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         samples = _samples(result, attributed, cmp, ev, windows)
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
-                          timeline=_timeline(result, windows.advance), lateness=_lateness(ledger, op.name),
+                          timeline=_timeline(result, windows.advance, attributed),
+                          lateness=_lateness(ledger, op.name),
                           notes=notes, restarts=found)
         section.expectations = _stream_suites(stream, op, report_dir)
         if corrections is not None:
@@ -475,28 +480,36 @@ def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, e
     rows = [r.asDict(recursive=True) for r in picked.collect()]
     if ev is not None and windows is not None and rows:
         _attach_inputs(rows, ev, windows)
+    severity = {c: i for i, c in enumerate(SEVERITY)}
     order = {c: i for i, c in enumerate(cmp.categories)}
-    return sorted(rows, key=lambda r: (order.get(r["category"], 99), r.get("cause") or "", str(r[cmp.keys[0]])))
+    # differences first, the causes that need a person first; matches last
+    return sorted(rows, key=lambda r: (r["category"] == MATCH, severity.get(r.get("cause") or "", len(SEVERITY)),
+                                       order.get(r["category"], 99), str(r[cmp.keys[0]])))
 
 
 def _attach_inputs(rows: list[dict[str, Any]], ev: causes_mod.Evidence, windows: TimeWindows) -> None:
-    """Each sampled window's input records (partition, offset, ts, status, value)."""
+    """Each sampled window's first input records (partition, offset, ts, status, value) and how many it has."""
     spark = ev.raw.sparkSession
     wanted = spark.createDataFrame([(r["key"], r["window_start"]) for r in rows], "key string, window_start long")
     found = causes_mod.sample_members(ev, windows, wanted, RECORDS_PER_SAMPLE).select(
-        "key", "window_start", "partition", "offset", "ts", "status", F.to_json(F.struct("value")).alias("value"))
+        "key", "window_start", "partition", "offset", "ts", "status", F.to_json(F.struct("value")).alias("value"),
+        "total")
     by_window: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    totals: dict[tuple[str, int], int] = {}
     for rec in found.collect():
         by_window.setdefault((rec["key"], rec["window_start"]), []).append(
             {"partition": rec["partition"], "offset": rec["offset"], "ts": rec["ts"], "status": rec["status"],
              "value": rec["value"]})
+        totals[(rec["key"], rec["window_start"])] = rec["total"]
     for r in rows:
         r["inputs"] = sorted(by_window.get((r["key"], r["window_start"]), []),
                              key=lambda x: (x["partition"], x["offset"]))
+        r["inputs_total"] = totals.get((r["key"], r["window_start"]), 0)
 
 
-def _timeline(result: DataFrame, step: int) -> list[dict[str, Any]]:
-    """Rows and non-matches per bucket of window start (at most TIMELINE_BUCKETS buckets)."""
+def _timeline(result: DataFrame, step: int, attributed: DataFrame | None = None) -> list[dict[str, Any]]:
+    """Rows and non-matches per bucket of window start (at most TIMELINE_BUCKETS buckets), with the
+    non-matches per cause when causes were attributed."""
     bounds = result.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi")).first()
     if bounds is None or bounds["lo"] is None:
         return []
@@ -505,8 +518,12 @@ def _timeline(result: DataFrame, step: int) -> list[dict[str, Any]]:
     bucket = F.floor((F.col("window_start") - F.lit(lo)) / F.lit(width)).cast("long")
     rows = result.groupBy(bucket.alias("b")).agg(
         F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("category") != MATCH, 1)).alias("differ")).collect()
-    return sorted(({"start": lo + r["b"] * width, "width": width, "rows": r["rows"], "differ": r["differ"]}
-                   for r in rows), key=lambda x: x["start"])
+    by_cause: dict[int, dict[str, int]] = {}
+    if attributed is not None:
+        for r in attributed.groupBy(bucket.alias("b"), "cause").count().collect():
+            by_cause.setdefault(r["b"], {})[r["cause"]] = r["count"]
+    return sorted(({"start": lo + r["b"] * width, "width": width, "rows": r["rows"], "differ": r["differ"],
+                    "causes": by_cause.get(r["b"], {})} for r in rows), key=lambda x: x["start"])
 
 
 def _lateness(ledger: DataFrame | None, operator: str, bins: int = 30) -> list[dict[str, Any]]:

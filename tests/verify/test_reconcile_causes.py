@@ -103,7 +103,8 @@ def _verify(job: Path, *args: str) -> tuple[int, dict[str, Any]]:
 def verify_defects(tmp: Path) -> tuple[Path, int, dict[str, Any]]:
     """Run the defects job and verify it against the defective stream (the `verified` fixture, conftest.py)."""
     job = _setup(tmp)
-    code, report = _verify(job, "--against", f"agg={_stream_file(tmp)}", "--report", str(tmp / "report"))
+    code, report = _verify(job, "--against", f"agg={_stream_file(tmp)}", "--report", str(tmp / "report"),
+                           "--junit", str(tmp / "report" / "junit.xml"))
     return tmp / "report", code, report
 
 
@@ -131,6 +132,38 @@ def test_unexplained_differences_give_verdict_differences_and_exit_1(
     assert (code, report["verdict"], report["exit_code"]) == (1, "differences", 1)
     on_disk = json.loads((folder / "report.json").read_text())
     assert on_disk["verdict"] == "differences" and on_disk["counts"] == report["counts"]
+
+
+def test_the_report_leads_with_what_needs_a_person(verified: tuple[Path, int, dict[str, Any]]) -> None:
+    """Differences before matches, unexplained first; the timeline split by cause; true input counts."""
+    from backfill.verify.report import _inputs
+
+    _, _, report = verified
+    section = report["sections"][0]
+    order = [(s["category"], s["cause"]) for s in section["samples"]]
+    assert order[0][1] == "unexplained" and all(c == "match" for c, _ in order[-3:])
+    assert order.index(("match", None)) == len([o for o in order if o[0] != "match"])
+    for bucket in section["timeline"]:
+        assert sum(bucket["causes"].values()) == bucket["differ"]
+    assert sum(b["causes"].get("unexplained", 0) for b in section["timeline"]) == report["causes"]["unexplained"]
+    assert all(s["inputs_total"] == len(s["inputs"]) for s in section["samples"])  # windows of a few records
+    row = {"inputs": [{"partition": 0, "offset": i, "ts": i, "status": "accepted", "value": "{}"} for i in range(12)],
+           "inputs_total": 59}
+    assert "input records behind this window (59; the first 12 shown)" in _inputs(row)
+
+
+def test_junit_xml_fails_the_operator_with_unexplained_differences(
+        verified: tuple[Path, int, dict[str, Any]]) -> None:
+    import xml.etree.ElementTree as ET
+
+    folder, _, _ = verified
+    suite = ET.parse(folder / "junit.xml").getroot()
+    assert (suite.tag, suite.get("tests"), suite.get("failures")) == ("testsuite", "1", "1")
+    [case] = suite.findall("testcase")
+    assert case.get("name") == "agg" and case.get("classname") == "backfill verify verify-defects"
+    failure = case.find("failure")
+    assert failure is not None and failure.get("message") == "3 windows differ with no explanation"
+    assert "late_drop_differs 2" in (failure.text or "")
 
 
 def test_late_drop_evidence_shows_the_records(verified: tuple[Path, int, dict[str, Any]]) -> None:

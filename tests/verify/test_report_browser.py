@@ -1,4 +1,4 @@
-"""The verify report opens offline in headless Chromium and shows the verdict and the plots."""
+"""The verify report opens offline in headless Chromium and shows the verdict, the plots and a working filter."""
 from __future__ import annotations
 
 import re
@@ -29,8 +29,10 @@ def test_report_renders_verdict_and_plots_in_chromium(verified: tuple[Path, int,
     folder, _, report = verified
     page = (folder / "index.html").resolve()
     text = page.read_text()
-    # self-contained: no script, no remote stylesheet, font or image
-    assert "<script" not in text.lower() and not re.search(r"(src|href)=['\"]?https?:", text)
+    # self-contained: one inline script (the samples' filter), nothing loaded: no script source, no remote
+    # stylesheet, font or image
+    assert text.lower().count("<script") == 1 and "<script>" in text and not re.search(r"\bsrc=", text)
+    assert not re.search(r"(src|href)=['\"]?https?:", text)
     dom = _chromium(tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
@@ -40,6 +42,16 @@ def test_report_renders_verdict_and_plots_in_chromium(verified: tuple[Path, int,
         figure = re.search(rf"<figure[^>]*id=\"{plot}\"[^>]*>(.*?)</figure>", html, re.S)
         assert figure and "<svg" in figure.group(1) and "<path" in figure.group(1)
     assert "late_drop_differs" in html and "Data Docs" in html
+    # the filter, set from the address as a reader's link would: only the chosen cause's samples stay visible
+    filtered = _chromium(tmp_path, "--dump-dom", page.as_uri() + "#cause=late_drop_differs").stdout
+    samples = re.findall(r"<div class=\"sample\"([^>]*)>", filtered)
+    visible = [a for a in samples if "hidden" not in a]
+    assert len(samples) == len(report["sections"][0]["samples"]) and samples != visible
+    assert visible and all('data-cause="late_drop_differs"' in a for a in visible)
+    assert len(visible) == report["causes"]["late_drop_differs"]
+    assert f"{len(visible)} of {len(samples)} samples shown" in filtered
+    keyed = _chromium(tmp_path, "--dump-dom", page.as_uri() + "#key=q").stdout
+    assert all('data-key="q"' in a for a in re.findall(r"<div class=\"sample\"([^>]*)>", keyed) if "hidden" not in a)
     shot = REPO / "test-artifacts" / "verify-report.png"
     shot.parent.mkdir(exist_ok=True)
     done = _chromium(tmp_path, f"--screenshot={shot}", page.as_uri())

@@ -1,7 +1,8 @@
 """Part: verify. The report folder: report.json and one self-contained index.html (inline CSS, inline SVG plots).
 
-No script and no font or stylesheet from a CDN (DESIGN.md "Reports"): the page reads fully offline.
-great-expectations' Data Docs (which load assets from CDNs) are a secondary, linked page under gx/.
+No font, stylesheet or script from a CDN (DESIGN.md "Reports"): the page reads fully offline; its one
+inline script filters the samples. The great-expectations results are rendered here, expectation by
+expectation; GX's own Data Docs are not linked (they load their assets from CDNs).
 """
 from __future__ import annotations
 

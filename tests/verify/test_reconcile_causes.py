@@ -179,14 +179,17 @@ def test_late_drop_evidence_shows_the_records(verified: tuple[Path, int, dict[st
     assert "offsets 2-4" in by_key[("k", 0)]["detail"]
 
 
-def test_stream_expectations_run_and_link_data_docs(verified: tuple[Path, int, dict[str, Any]]) -> None:
+def test_stream_expectations_run_and_show_in_the_report(verified: tuple[Path, int, dict[str, Any]]) -> None:
     folder, _, report = verified
     suite, unique = report["sections"][0]["expectations"]
     assert suite["name"] == "agg.stream" and suite["success"]
     assert [e["says"] for e in suite["expectations"]][-1] == "ts inside [window_start, window_end)"
     assert unique["name"] == "agg.stream.unique" and unique["success"]
     assert [e["says"] for e in unique["expectations"]] == ["(partition, offset) unique"]
-    assert (folder / suite["docs"]).is_file() and (folder / unique["docs"]).is_file()
+    # rendered in the report itself, nothing that needs the internet linked (GX's Data Docs do)
+    page = (folder / "index.html").read_text()
+    assert "agg.stream.unique" in page and "(partition, offset) unique" in page
+    assert suite["docs"] is None and not (folder / "gx").exists() and "Data Docs" not in page
 
 
 def test_update_stream_last_value_by_offset_and_replayed_updates(tmp_path: Path, spark: Any) -> None:

@@ -41,7 +41,7 @@ def test_report_renders_verdict_and_plots_in_chromium(verified: tuple[Path, int,
     for plot in ("plot-timeline-agg", "plot-lateness-agg"):
         figure = re.search(rf"<figure[^>]*id=\"{plot}\"[^>]*>(.*?)</figure>", html, re.S)
         assert figure and "<svg" in figure.group(1) and "<path" in figure.group(1)
-    assert "late_drop_differs" in html and "Data Docs" in html
+    assert "late_drop_differs" in html and "agg.stream.unique" in html
     # the filter, set from the address as a reader's link would: only the chosen cause's samples stay visible
     filtered = _chromium(tmp_path, "--dump-dom", page.as_uri() + "#cause=late_drop_differs").stdout
     samples = re.findall(r"<div class=\"sample\"([^>]*)>", filtered)

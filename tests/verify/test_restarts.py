@@ -17,26 +17,12 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from tests.conftest import write_jsonl
+from tests.verify.test_reconcile_causes import JOB as DEFECTS_JOB
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-JOB = """
-name: verify-restarts
-sources:
-  s: {format: jsonl, path: inputs/s.jsonl, value: {format: string}, timestamp: {extractor: record}}
-operators:
-  - name: agg
-    aggregate:
-      input: s
-      window: {type: tumbling, size: 10s, grace: 2s}
-      aggregations:
-        n: count()
-        trail: {fold: {init: "''", step: "concat(acc, value)"}}
-      emit: final
-sinks:
-  agg: {format: delta, path: out/agg}
-  _ledger: {format: delta, path: out/ledger}
-"""
+# the defects test's job (tumbling 10 s, grace 2 s, count and an ordered fold), emitting final results
+JOB = DEFECTS_JOB.replace("verify-defects", "verify-restarts").replace("EMIT", "final")
 
 # (offset, key, value, ts), partition 0
 INPUT = [

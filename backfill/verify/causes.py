@@ -446,7 +446,8 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
         .when(F.col("_gap").isNotNull(), F.col("_gap"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))
-    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]
+    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task",
+                                                                      "_restart_at")]
     records = (F.when(F.col("cause") == "late_drop_differs", F.col("records"))
                .when(F.col("cause").isin("reprocessed_after_restart", "state_lost_on_restore"),
                      F.col("restart_records")))

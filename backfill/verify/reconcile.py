@@ -80,15 +80,16 @@ def last_per_key(df: DataFrame, keys: tuple[str, ...], columns: tuple[str, ...],
             .select(*keys, *[F.col(f"_last.{c}").alias(c) for c in columns], "_rows"))
 
 
-def _value_hash(columns: tuple[str, ...]) -> Column:
+def value_hash(columns: tuple[str, ...]) -> Column:
+    """One hash of a row's value columns (equal values, equal hash)."""
     return F.xxhash64(*[F.col(c) for c in columns]) if columns else F.lit(0)
 
 
 def exact_repeats(right: DataFrame, left: DataFrame | None, cmp: Comparison) -> DataFrame:
     """Per key: `_copies`, rows that repeat an identical value more often than the left side has it."""
-    counts = right.groupBy(*cmp.keys, _value_hash(cmp.columns).alias("_h")).agg(F.count(F.lit(1)).alias("_n"))
+    counts = right.groupBy(*cmp.keys, value_hash(cmp.columns).alias("_h")).agg(F.count(F.lit(1)).alias("_n"))
     if left is not None and cmp.updates:
-        mine = left.groupBy(*cmp.keys, _value_hash(cmp.columns).alias("_h")).agg(F.count(F.lit(1)).alias("_nl"))
+        mine = left.groupBy(*cmp.keys, value_hash(cmp.columns).alias("_h")).agg(F.count(F.lit(1)).alias("_nl"))
         counts = counts.join(mine, [*cmp.keys, "_h"], "left")
         allowed = F.greatest(F.coalesce(F.col("_nl"), F.lit(0)), F.lit(1))
     else:

@@ -39,6 +39,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from backfill.errors import SpecError
+from backfill.verify.reconcile import value_hash
 
 RESTART_CAUSES = ("reprocessed_after_restart", "reemitted", "state_lost_on_restore")
 MAX_WINDOW_RECORDS = 250  # records of one window searched for the run applied twice, with committed offsets
@@ -98,8 +99,7 @@ def commits_for(rows: Commits, topics: list[str], where: str) -> dict[int, int]:
 
 def changed_reemissions(stream: DataFrame, keys: tuple[str, ...], columns: tuple[str, ...]) -> DataFrame:
     """Windows of an `emit: final` output emitted more than once with different values: key, window_start."""
-    values = F.xxhash64(*[F.col(c) for c in columns])
-    return (stream.groupBy(*keys).agg(F.countDistinct(values).alias("_values"))
+    return (stream.groupBy(*keys).agg(F.countDistinct(value_hash(columns)).alias("_values"))
             .where(F.col("_values") > 1).select(*keys))
 
 
@@ -194,31 +194,30 @@ def closing_offsets(records: DataFrame, wanted: DataFrame, size: int, grace: int
 
 def incidents(attributed: DataFrame, points: dict[int, int | None], records: DataFrame,
               examples: int = 3) -> list[dict[str, Any]]:
-    """Per restarted task: where it restarted, what was reprocessed, how many windows each cause took."""
-    rows = sorted(attributed.where(F.col("cause").isin(*RESTART_CAUSES)).select(
-        "key", "window_start", "cause", "restart_from", "restart_to", "_task").collect(),
+    """Per restarted task: where it restarted (`_restart_at`, as the attribution derived it), what was
+    reprocessed, how many windows each cause took."""
+    rows = sorted(attributed.where(F.col("cause").isin(*RESTART_CAUSES) | F.col("_restart_at").isNotNull()).select(
+        "key", "window_start", "cause", "restart_to", "_task", "_restart_at").collect(),
         key=lambda r: (r["window_start"], str(r["key"])))
     out = []
     for p in sorted(points):
         mine = [r for r in rows if r["_task"] == p]
-        if not mine and points[p] is None:
+        start = next((r["_restart_at"] for r in mine if r["_restart_at"] is not None), points[p])
+        mine = [r for r in mine if r["cause"] in RESTART_CAUSES]
+        if start is None and not mine:
             continue
-        doubled = [r for r in mine if r["cause"] == "reprocessed_after_restart"]
-        commit = points[p]
-        start = commit if commit is not None else min((r["restart_from"] for r in doubled), default=None)
         at = None
         if start is not None:
             first = records.where((F.col("partition") == p) & (F.col("offset") >= start)).agg(
                 F.min_by(F.struct("ts", "st"), "offset").alias("x")).first()
             at = first["x"] if first is not None else None
-        counts = {c: sum(1 for r in mine if r["cause"] == c) for c in RESTART_CAUSES}
         out.append({
-            "task": p, "partition": p, "committed_offset": commit,
-            "restart_offset": start, "restart_offset_from": "--commits" if commit is not None else "inferred",
-            "reprocessed_through": max((r["restart_to"] for r in doubled if r["restart_to"] is not None),
-                                       default=None),
+            "task": p, "partition": p, "committed_offset": points[p],
+            "restart_offset": start, "restart_offset_from": "--commits" if points[p] is not None else "inferred",
+            "reprocessed_through": max((r["restart_to"] for r in mine if r["cause"] == "reprocessed_after_restart"
+                                        and r["restart_to"] is not None), default=None),
             "event_time_at_restart": at["ts"] if at else None, "stream_time_at_restart": at["st"] if at else None,
-            "windows": counts,
+            "windows": {c: sum(1 for r in mine if r["cause"] == c) for c in RESTART_CAUSES},
             "examples": [{"key": r["key"], "window_start": r["window_start"], "cause": r["cause"]}
                          for c in RESTART_CAUSES for r in [x for x in mine if x["cause"] == c][:examples]],
         })

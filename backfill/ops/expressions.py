@@ -35,6 +35,7 @@ class CompiledAggregation:
     sql: str | None = None
     init: str | None = None
     step: str | None = None
+    merge: str | None = None  # session windows: the Merger, an expression of a and b
 
     @property
     def is_fold(self) -> bool:
@@ -56,16 +57,21 @@ class CompiledAggregation:
         return F.expr(f"aggregate({records_sql}, {self.init}, (acc, __r) -> {self.step})")
 
 
-def compile_aggregations(aggs: dict[str, Aggregation], where: str) -> list[CompiledAggregation]:
-    """Validate and compile the `aggregations:` mapping of one operator."""
+def compile_aggregations(aggs: dict[str, Aggregation], where: str, session: bool = False
+                         ) -> list[CompiledAggregation]:
+    """Validate and compile the `aggregations:` mapping of one operator (`session`: of session windows)."""
     out = []
     for name, agg in aggs.items():
         path = f"{where}.aggregations.{name}"
         if isinstance(agg, FoldAggregation):
-            if agg.fold.merge is not None:
+            if agg.fold.merge is not None and not session:
                 raise SpecError(f"{path}.fold.merge: only session windows take a merge expression")
+            if agg.fold.merge is None and session:
+                raise SpecError(f"{path}.fold.merge: a fold on session windows needs a merge expression of a and b "
+                                "(the running value and a merged-away session's value), e.g. merge: \"a + b\"")
+            merge = merge_scope(agg.fold.merge, f"{path}.fold.merge") if agg.fold.merge is not None else None
             out.append(CompiledAggregation(name, init=_parse(agg.fold.init, f"{path}.fold.init"),
-                                           step=record_scope(agg.fold.step, f"{path}.fold.step")))
+                                           step=record_scope(agg.fold.step, f"{path}.fold.step"), merge=merge))
         else:
             out.append(CompiledAggregation(name, sql=_parse(normalize_count(agg), path)))
     return out
@@ -99,6 +105,21 @@ def record_scope(step: str, path: str) -> str:
         return exp.Dot.build([exp.column("__r"), *[exp.to_identifier(p) for p in parts]])
 
     return tree.transform(scoped).sql(dialect="spark")
+
+
+def merge_scope(merge: str, path: str) -> str:
+    """Check that a session fold's merge expression reads only `a` and `b` (and its own lambda variables)."""
+    try:
+        tree = sqlglot.parse_one(merge, read=SparkSQL)
+    except sqlglot.errors.SqlglotError as exc:
+        raise SpecError(f"{path}: {merge!r} is not a Spark SQL expression ({str(exc).splitlines()[0]})") from None
+    lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
+    for col in tree.find_all(exp.Column):
+        first = col.parts[0].name
+        if first not in ("a", "b") and first not in lambdas:
+            raise SpecError(f"{path}: {first!r} is not in scope; a merge reads a (the running value) and b "
+                            "(a merged-away session's value)")
+    return tree.sql(dialect="spark")
 
 
 def joiner_sql(sql: str, where: str) -> str:

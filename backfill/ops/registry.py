@@ -6,15 +6,16 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops.base import Operator
 from backfill.ops.join import StreamJoin
+from backfill.ops.session import SessionAggregate
+from backfill.ops.sliding import SlidingAggregate
 
-# by join, or by the aggregate's window type; sliding and session windows are planned (and refused) by
-# WindowAggregate until their own operator registers here
+# by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
     "tumbling": WindowAggregate,
     "hopping": WindowAggregate,
-    "sliding": WindowAggregate,
-    "session": WindowAggregate,
+    "sliding": SlidingAggregate,
+    "session": SessionAggregate,
 }
 
 

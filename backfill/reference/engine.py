@@ -23,6 +23,8 @@ from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.join import StreamJoin
 from backfill.reference.records import ledger_row, read_records
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
+from backfill.reference.session import SessionAggregate
+from backfill.reference.sliding import SlidingAggregate
 
 
 @dataclass
@@ -243,9 +245,16 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult)
 
 
 def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
-               ) -> WindowAggregate | StreamJoin:
+               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin:
     """One operator instance per task, by kind."""
-    return StreamJoin(op, task, result, rules) if op.join is not None else WindowAggregate(op, task, result)
+    if op.join is not None:
+        return StreamJoin(op, task, result, rules)
+    assert op.aggregate is not None
+    if op.aggregate.window.type == "session":
+        return SessionAggregate(op, task, result)
+    if op.aggregate.window.type == "sliding":
+        return SlidingAggregate(op, task, result)
+    return WindowAggregate(op, task, result)
 
 
 def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[str, Any]]]:

@@ -96,9 +96,9 @@ class JoinWindows:
 
 
 def check_supported(op: OperatorSpec) -> None:
-    """Operators the reference engine replays: tumbling/hopping aggregates by the record key, two-source joins."""
+    """Operators the reference engine replays: window aggregates by the record key, two-source joins."""
     if op.aggregate is not None:
-        if op.aggregate.window.type not in ("tumbling", "hopping"):
+        if op.aggregate.window.type not in ("tumbling", "hopping", "session", "sliding"):
             raise NotImplementedYet(f"operators.{op.name}: {op.aggregate.window.type} windows are not implemented "
                                     "yet")
         if op.aggregate.group_by:
@@ -136,6 +136,14 @@ def read_bounds(job: Job, start: int | None, end: int | None) -> dict[str, tuple
                 w = JoinWindows.of(op)
                 warmups.append(max(w.before, w.after, 0) + w.retention)
                 closes.append(None)
+            elif op.aggregate is not None and op.aggregate.window.type == "sliding":
+                w_s = op.aggregate.window
+                diff = int(w_s.time_difference or 0)
+                warmups.append(2 * diff)  # what the store reads back from a record at --start (t - 2D)
+                closes.append(None if end is None else end - 1 + diff + w_s.grace_ms + 1)
+            elif op.aggregate is not None and op.aggregate.window.type == "session":
+                warmups.append(int(op.aggregate.window.gap or 0))  # a chain reaching --start starts before it
+                closes.append(None)  # a session starting before `end` can grow through a chain of records
             else:
                 w = Windows.of(op)
                 warmups.append(0)

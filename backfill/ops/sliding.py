@@ -1,0 +1,399 @@
+"""Part: operators. Sliding-window aggregation (kafka-streams.md 3.2, 5, 9), on records already in task order.
+
+Which windows exist and what each holds depends on the store: a new window copies the aggregate of the
+window the backward read stopped at, and an update is refused once the window's end is before ST - grace.
+A per-task kernel (DESIGN.md decision 1) replays exactly that on (key, ts, stream time), keeping for each
+window the records it holds, in the order they were aggregated, and for each update the number of records
+the window held then. Spark computes the values from those member lists: a running aggregate per window
+(`emit: updates`, one output per update) or one aggregate per window (`emit: final`: the windows closed by
+the end of the data, end < ST - grace, ON_WINDOW_CLOSE). The work is one row per (window, member): the
+size of the output of `emit: updates`, and what Kafka Streams itself does per record.
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from backfill.errors import PublishError
+from backfill.jobspec.durations import format_duration
+from backfill.jobspec.models import OperatorSpec
+from backfill.ledger import LATE, NULL_KEY, ledger_rows
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, reaches
+from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
+from backfill.ops.expressions import CompiledAggregation, compile_aggregations
+from backfill.ops.join import NULL_VALUE
+
+if TYPE_CHECKING:
+    from backfill.jobspec.load import Job
+
+STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this record's outputs
+WINDOW, UPDATE, REFUSED, COPY, JOINED = 0, 1, 2, 3, 4  # kernel row kinds (JOINED: a record aggregated somewhere)
+KERNEL_SCHEMA = ("task int, kind int, wid long, key_seq long, window_start long, members array<long>, ts long, "
+                 "held long, emit_seq long, seq long")
+
+
+@dataclass(frozen=True)
+class SlidingAggregate(Operator):
+    """Sliding windows [start, start + D] by the record key, `emit: updates` or `final`."""
+
+    @classmethod
+    def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
+                 end: int | None) -> SlidingAggregate:
+        """Warm-up of 2D (what the store reads back from a record); cool-down to the close of the last window."""
+        agg = spec.aggregate
+        assert agg is not None
+        compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate")
+        diff, grace = int(agg.window.time_difference or 0), agg.window.grace_ms
+        why = []
+        if start is not None:
+            why.append(f"warm-up: records with timestamp >= {start - 2 * diff} are read (2 x time difference before "
+                       "--start): a record reads the windows starting up to 2 x time difference before it, and a new "
+                       "window copies one of them")
+        last_start = close = None
+        if end is not None:
+            last_start, close = end - 1, end + diff + grace
+            why.append(f"cool-down: windows up to start {last_start} close when stream time passes their end + grace "
+                       f"(reaches {close}); each partition is processed up to its first record at or after it")
+        return cls(name=spec.name, kind="aggregate", inputs=(agg.input,), emit=agg.emit, sink=sink, spec=spec,
+                   index=index, window=f"sliding time difference {format_duration(diff)} grace "
+                                       f"{format_duration(grace)}",
+                   warmup_ms=2 * diff, cooldown_ms=diff + grace, last_window_start=last_start, close_time=close,
+                   why=tuple(why))
+
+    @property
+    def diff(self) -> int:
+        """The time difference D."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        return int(self.spec.aggregate.window.time_difference or 0)
+
+    def stream_time_columns(self) -> dict[str, Column]:
+        """Its own stream time, over records with a key and a value (5.1 steps 1-2)."""
+        assert self.spec is not None
+        return {self.stream_time: reaches(self.spec) & F.col("value").isNotNull()}
+
+    def reads(self) -> frozenset[str] | None:
+        """`seq` always (the kernel replays the task order); `timestamp` and `headers` for folds or when named."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        texts = [t for a in aggs for t in (a.sql, a.init, a.step) if t]
+        read = {"seq"}
+        for column in ("timestamp", "headers"):
+            if any(a.is_fold for a in aggs) or any(column in t for t in texts):
+                read.add(column)
+        return frozenset(read)
+
+    def count_columns(self, live: Column) -> list[Column]:
+        """Records in, null keys, null values, the last stream time per task."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        mine = in_source(self.spec.aggregate.input) & live
+        return [F.count(F.when(mine, 1)).alias(self.stat("in")),
+                F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
+                F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
+                        ).alias(self.stat("nullvalue")),
+                F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
+
+    def counts(self, rows: list[Any]) -> OperatorCounts:
+        """Inputs, null keys and values, and the final stream time per task."""
+        counts = OperatorCounts(dropped={"null_key": 0, "null_value": 0})
+        for r in rows:
+            if r[self.stat("st")] is not None and r["task"] is not None:
+                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
+                                                          r[self.stat("st")])
+            counts.records_in += r[self.stat("in")]
+            counts.dropped["null_key"] += r[self.stat("nullkey")]
+            counts.dropped["null_value"] += r[self.stat("nullvalue")]
+        return counts
+
+    def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
+        """The kernel's windows and updates, then their values; refused updates to the ledger."""
+        assert self.spec is not None
+        return sliding(self.spec, processed, self.stream_time, counts.final_stream_time, counts)
+
+    def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
+        """Null drops must all be in the ledger; contributing and late records were counted by the kernel (run),
+        so `in == contributing + dropped` checks that each record is exactly one of them."""
+        for reason in ("null_key", "null_value"):
+            if ledger.get(reason, 0) != counts.dropped[reason]:
+                raise PublishError(f"operators.{self.name}: conservation check failed ({ledger.get(reason, 0)} "
+                                   f"{reason} ledger rows, {counts.dropped[reason]} such records); nothing was "
+                                   "published")
+        counts.late_pairs = ledger.get("late", 0)  # one ledger row per refused update
+
+    def output_suite(self, output: DataFrame) -> OutputSuite | None:
+        """window_end - window_start == D, ts inside the window (both ends), keys not null; unique keys."""
+        d = self.diff
+        frame = output.withColumn("_window_length", F.col("window_end") - F.col("window_start")).withColumn(
+            "_ts_in_window", (F.col("ts") >= F.col("window_start")) & (F.col("ts") <= F.col("window_end")))
+        checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
+                  Check("ExpectColumnValuesToBeInSet", {"column": "_window_length", "value_set": [d]},
+                        f"window_end - window_start == time difference ({d} ms)"),
+                  Check("ExpectColumnValuesToBeInSet", {"column": "_ts_in_window", "value_set": [True]},
+                        "ts inside [window_start, window_end] (both ends inclusive)")]
+        return OutputSuite(frame, checks, ("key", "window_start") if self.emit == "final" else ("task", "emit_seq"))
+
+
+# ---------------------------------------------------------------------------------------------- the kernel
+class _Window:
+    """A stored window: its members (record seqs, in aggregation order), value timestamp, id, start, key."""
+
+    __slots__ = ("members", "ts", "wid", "start", "key_seq")
+
+    def __init__(self, members: list[int], ts: int, wid: int, start: int, key_seq: int) -> None:
+        self.members, self.ts, self.wid, self.start, self.key_seq = members, ts, wid, start, key_seq
+
+
+class _Replay:
+    """One task's sliding-window store replayed on (key, ts, stream time) (kafka-streams.md 5.1-5.3, 9)."""
+
+    def __init__(self, diff: int, grace: int, updates: bool) -> None:
+        self.diff, self.grace, self.updates = diff, grace, updates
+        self.retention = 2 * diff + grace
+        self.store_time: int | None = None
+        self.starts: dict[Any, list[int]] = {}  # key -> sorted starts still visible
+        self.windows: dict[Any, dict[int, _Window]] = {}  # key -> start -> visible window
+        self.stored: dict[tuple[Any, int], _Window] = {}  # the window now stored per (key, start)
+        self.every: list[_Window] = []  # every window ever created (updates of a replaced one were emitted)
+        self.rows: list[tuple] = []  # UPDATE, COPY, REFUSED and JOINED rows
+        self.seq = self.out = 0
+        self.joined = False
+
+    def _fetch(self, key: Any, lo: int, hi: int) -> list[int]:
+        """Visible starts of `key` in [lo, hi], ascending (a start <= store time - retention is gone)."""
+        starts = self.starts.setdefault(key, [])
+        if self.store_time is not None and starts and starts[0] <= self.store_time - self.retention:
+            cut = bisect.bisect_right(starts, self.store_time - self.retention)
+            for s in starts[:cut]:
+                del self.windows[key][s]
+            del starts[:cut]
+        return starts[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
+
+    def _put(self, key: Any, start: int, members: list[int], ts: int) -> _Window:
+        windows = self.windows.setdefault(key, {})
+        if start not in windows:
+            bisect.insort(self.starts.setdefault(key, []), start)
+        window = windows[start] = self.stored[(key, start)] = _Window(members, ts, len(self.every), start, self.seq)
+        self.every.append(window)
+        self.store_time = start if self.store_time is None else max(self.store_time, start)
+        return window
+
+    def _forward(self, window: _Window, kind: int) -> None:
+        if self.updates or kind != UPDATE:
+            self.rows.append((kind, window.wid, None, window.start, None, window.ts, len(window.members),
+                              self.seq * STRIDE + self.out, self.seq))
+        self.out += 1
+
+    def _update(self, key: Any, start: int, window: _Window | None, seed: list[int], close: int, t: int) -> None:
+        """updateWindowAndForward (5.2): the record joins the window while its end >= close time; a new window
+        (`window` None) starts from `seed` with timestamp t."""
+        if start + self.diff < close:
+            self.rows.append((REFUSED, None, None, start, None, None, None, None, self.seq))
+            return
+        if window is None:
+            window = self._put(key, start, list(seed), t)
+        window.members.append(self.seq)
+        window.ts = max(t, window.ts)
+        self.joined = True
+        self._forward(window, UPDATE)
+
+    def process(self, seq: int, key: Any, t: int, st: int) -> None:
+        """kafka-streams.md 5.1 steps 2-5 for one record with a key and a value."""
+        d = self.diff
+        self.seq, self.out = seq, 0
+        close = st - self.grace
+        if t + 1 + d <= close:
+            self.rows.append((REFUSED, None, None, t - d, None, None, None, None, seq))
+            return
+        if t < d:
+            self._early(key, t, close)
+            return
+        windows = self.windows.get(key, {})
+        left: _Window | None = None
+        right: tuple[list[int], int] | None = None
+        left_done = right_done = False
+        prev = None
+        seen = set()
+        for start in reversed(self._fetch(key, max(0, t - 2 * d), t + 1)):  # the backward read
+            seen.add(start)
+            window = windows[start]
+            end = start + d
+            if start == t + 1:
+                right_done = True
+            elif end > t:
+                if right is None:
+                    right = (list(window.members), window.ts)
+                self._update(key, start, window, [], close, t)
+            elif end == t:
+                left_done = True
+                before = window.ts
+                self._update(key, start, window, [], close, t)
+                if before < t:
+                    prev = before
+                else:
+                    return
+            else:
+                left, prev = window, window.ts
+                break
+        if prev is not None and prev + 1 not in seen and prev + 1 + d >= t:  # the previous record's right window
+            self._update(key, prev + 1, None, [], close, t)
+        if not left_done:
+            copied = left is not None and prev is not None and t - d <= prev
+            self._update(key, t - d, None, left.members if copied and left is not None else [], close, t)
+        if not right_done and right is not None and right[1] > t:  # this record's right window, without it
+            self._forward(self._put(key, t + 1, right[0], right[1]), COPY)
+
+    def _early(self, key: Any, t: int, close: int) -> None:
+        """kafka-streams.md 5.3: records before D share [0, D]; right windows as usual (forward read)."""
+        windows = self.windows.get(key, {})
+        combined: _Window | None = None
+        right: tuple[list[int], int] | None = None
+        right_done = False
+        prev = None
+        seen = set()
+        for start in self._fetch(key, 0, t + 1):
+            seen.add(start)
+            window = windows[start]
+            if start == 0:
+                combined = window
+                if window.ts < t:
+                    prev = window.ts
+            elif start <= t:
+                right = (list(window.members), window.ts)
+                self._update(key, start, window, [], close, t)
+            elif start == t + 1:
+                right_done = True
+        if right is None and combined is not None and combined.ts > t:
+            right = (list(combined.members), combined.ts)
+        if not right_done and right is not None and right[1] > t:
+            self._forward(self._put(key, t + 1, right[0], right[1]), COPY)
+        if prev is not None and prev + 1 not in seen:
+            self._update(key, prev + 1, None, [], close, t)
+        self._update(key, 0, combined, [], close, t)
+
+
+def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int], diff: int, grace: int,
+                   updates: bool) -> list[tuple]:
+    """Replay one task in processing order. Rows (KERNEL_SCHEMA without task): WINDOW (every window stored, its
+    members in aggregation order; `held` 1 unless a later window replaced it under its start), UPDATE (emit:
+    updates; how many members the window held), COPY (a right
+    window created without the record), REFUSED (an update refused as late, by window start) and JOINED (the
+    record was aggregated into at least one window)."""
+    replay = _Replay(diff, grace, updates)
+    rows = replay.rows
+    for i in range(len(seq)):
+        replay.joined = False
+        replay.process(seq[i], keys[i], ts[i], st[i])
+        if replay.joined:
+            rows.append((JOINED, None, None, None, None, None, None, None, seq[i]))
+    current = {w.wid for w in replay.stored.values()}
+    return [(WINDOW, w.wid, w.key_seq, w.start, w.members, w.ts, int(w.wid in current), None, None)
+            for w in replay.every] + rows
+
+
+def _kernel(diff: int, grace: int, updates: bool) -> Any:
+    """The applyInPandas function: one task's records with a key and a value -> kernel rows."""
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        pdf = pdf.sort_values("seq", kind="stable")
+        rows = replay_sliding(pdf["seq"].tolist(), pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(),
+                              diff, grace, updates)
+        frame = pd.DataFrame(rows, columns=["kind", "wid", "key_seq", "window_start", "members", "ts", "held",
+                                            "emit_seq", "seq"])
+        frame.insert(0, "task", int(pdf["task"].iloc[0]))
+        for c in ("wid", "key_seq", "window_start", "ts", "held", "emit_seq", "seq"):
+            frame[c] = frame[c].astype("Int64")
+        return frame
+    return run
+
+
+# ---------------------------------------------------------------------------------------------- Spark side
+def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int, int],
+            counts: OperatorCounts) -> OperatorResult:
+    """Run one sliding aggregate over task-ordered records; `st` names its stream-time column. Counts in
+    `counts` the records aggregated into a window (contributing) and those refused by every window (late)."""
+    spec = op.aggregate
+    assert spec is not None
+    diff, grace = int(spec.window.time_difference or 0), spec.window.grace_ms
+    aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate")
+    recs = ordered.where((F.col("source") == spec.input) & F.col("_drop").isNull())
+    ledger = ledger_rows(recs.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
+                         stream_time=F.col(st), range_time=F.col("ts")).unionByName(
+        ledger_rows(recs.where(F.col("key").isNotNull() & F.col("value").isNull()), reason=NULL_VALUE,
+                    operator=op.name, stream_time=F.col(st), range_time=F.col("ts")))
+    live = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
+    updates = spec.emit == "updates"
+    kernel = (live.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
+              .applyInPandas(_kernel(diff, grace, updates), KERNEL_SCHEMA)
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    refused = kernel.where(F.col("kind") == REFUSED).select("task", "seq", "window_start")
+    ledger = ledger.unionByName(ledger_rows(
+        live.join(refused, ["task", "seq"]), reason=LATE, operator=op.name, stream_time=F.col(st),
+        window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(diff),
+        range_time=F.col("window_start")))
+    per_record = kernel.where(F.col("kind").isin(JOINED, REFUSED)).groupBy("task", "seq").agg(
+        F.max((F.col("kind") == JOINED).cast("int")).alias("joined")).groupBy("joined").count().collect()
+    found = {r["joined"]: r["count"] for r in per_record}
+    counts.dropped["late"], counts.contributing = found.get(0, 0), found.get(1, 0)
+    fields = [c for c in FOLD_FIELDS if c in live.columns and c not in ("task", "seq")]
+    members = kernel.where(F.col("kind") == WINDOW).select(
+        "task", "wid", "window_start", F.col("ts").alias("_wts"), (F.col("held") == 1).alias("_current"),
+        F.posexplode("members").alias("pos", "seq")
+    ).join(live.select("task", "seq", *fields), ["task", "seq"])
+    if updates:
+        return OperatorResult(output=_updates(members, kernel, aggs, diff), ledger=ledger,
+                              range_column="window_start", cached=(kernel,))
+    windows = _final(members, aggs, diff, grace, final_st)
+    return FinalWindows(output=windows.where("_closed").drop("task", "_closed", "_split"), ledger=ledger,
+                        range_column="window_start", windows=windows, operator=op.name, cached=(kernel,))
+
+
+def _running(aggs: list[CompiledAggregation]) -> list[Column]:
+    """Each aggregation over the window's members up to this one, in aggregation order."""
+    upto = Window.partitionBy("task", "wid").orderBy("pos").rowsBetween(Window.unboundedPreceding,
+                                                                        Window.currentRow)
+    return [F.collect_list(_record()).over(upto).alias(f"_trail_{a.name}") if a.is_fold
+            else a.aggregate().over(upto).alias(a.name) for a in aggs]
+
+
+def _record() -> Column:
+    return F.struct(*[F.col(c) for c in FOLD_FIELDS])
+
+
+def _folded(rows: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
+    for agg in aggs:
+        if agg.is_fold:
+            rows = rows.withColumn(agg.name, agg.fold_over(f"_trail_{agg.name}")).drop(f"_trail_{agg.name}")
+    return rows
+
+
+def _updates(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggregation], diff: int) -> DataFrame:
+    """One output per update (and per right window created as a copy): the window's values when it held
+    `held` members, in emission order."""
+    valued = _folded(members.select("task", "wid", "pos", "key", *_running(aggs)), aggs)
+    emitted = kernel.where(F.col("kind").isin(UPDATE, COPY)).select(
+        "task", "wid", (F.col("held") - 1).alias("pos"), "window_start", "ts", "emit_seq")
+    return emitted.join(valued, ["task", "wid", "pos"]).select(
+        "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
+        "ts", "emit_seq", "task")
+
+
+def _final(members: DataFrame, aggs: list[CompiledAggregation], diff: int, grace: int,
+           final_st: Mapping[int, int]) -> DataFrame:
+    """Every window with its final values, `_closed` (end < ST - grace at the end) and `_split` (two tasks)."""
+    last = Window.partitionBy("task", "wid").orderBy(F.col("pos").desc())
+    valued = _folded(members.where("_current").select("task", "wid", "pos", "key", "window_start", "_wts",
+                                                      *_running(aggs)), aggs) \
+        .withColumn("_last", F.row_number().over(last)).where(F.col("_last") == 1)
+    task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
+        if final_st else F.lit(None).cast("long")
+    tasks = Window.partitionBy("key", "window_start")
+    return valued.select(
+        "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
+        F.col("_wts").alias("ts"), "task",
+        F.coalesce(F.col("window_start") + F.lit(diff + grace) < task_st, F.lit(False)).alias("_closed"),
+        (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))

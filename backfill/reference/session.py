@@ -1,0 +1,125 @@
+"""Part: reference engine. KStreamSessionWindowAggregate for one task, record by record (kafka-streams.md 6, 9).
+
+Sessions live in a per-key store; a record finds the sessions with end >= t - gap and start <= t + gap that
+the store still shows (end > store time - retention, retention = gap + grace), merges them with [t, t], and
+is dropped as late if the merged end is below ST - grace - gap. A merge deletes the sessions it found and,
+under `emit: updates`, forwards a tombstone for each (timestamp: its end) before the merged session
+(timestamp: the merged end). `emit: final` emits the sessions closed by the end of the data
+(ON_WINDOW_CLOSE: end < ST - grace - gap); the others are incomplete.
+
+Values: a fold merges the found sessions' values into the initializer in store order (`merge(a, b)`, a the
+running value) and then steps the record; an SQL aggregate is evaluated over the session's records, in the
+order of that merge tree (the found sessions' records, then the record).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from backfill.jobspec.models import FoldAggregation, OperatorSpec
+from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
+from backfill.reference.records import ledger_row
+
+if TYPE_CHECKING:
+    from backfill.reference.engine import ReferenceResult
+
+# at most this many outputs per record (tombstones + the merged session): emit_seq = seq * SLOTS + position
+SLOTS = 8
+
+
+@dataclass
+class Session:
+    """One stored session: bounds, its records in merge-tree order, and each fold's value."""
+
+    start: int
+    end: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    folds: dict[str, Any] = field(default_factory=dict)
+
+
+class SessionAggregate:
+    """Session windows of one operator in one task: own stream time, per-key sessions, updates or final."""
+
+    def __init__(self, op: OperatorSpec, task: int, result: ReferenceResult) -> None:
+        spec = op.aggregate
+        assert spec is not None
+        self.op, self.task, self.result = op, task, result
+        self.gap, self.grace = int(spec.window.gap or 0), spec.window.grace_ms
+        self.emit = spec.emit
+        self.folds = {n: (compile_fold(a.fold.init, a.fold.step), compile_scalar(a.fold.merge or "b"))
+                      for n, a in spec.aggregations.items() if isinstance(a, FoldAggregation)}
+        self.sqls = {n: compile_aggregate(a) for n, a in spec.aggregations.items()
+                     if not isinstance(a, FoldAggregation)}
+        self.names = list(spec.aggregations)
+        self.stream_time = -1
+        self.store_time: int | None = None  # max session end ever written (kafka-streams.md 9)
+        self.store: dict[Any, list[Session]] = {}
+
+    def process(self, rec: dict[str, Any], seq: int) -> None:
+        """kafka-streams.md 6, steps 1-5."""
+        if rec["key"] is None:  # step 1 (null values are aggregated)
+            st = self.stream_time if self.stream_time >= 0 else None
+            self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
+                                                  range_time=rec["ts"]))
+            return
+        t, key = rec["ts"], rec["key"]
+        self.stream_time = max(self.stream_time, t)  # step 2
+        close = self.stream_time - self.grace - self.gap
+        sessions = self.store.setdefault(key, [])
+        alive_after = None if self.store_time is None else self.store_time - (self.gap + self.grace)
+        found = sorted((s for s in sessions if s.end >= t - self.gap and s.start <= t + self.gap
+                        and (alive_after is None or s.end > alive_after)), key=lambda s: (s.end, s.start))
+        start = min([t, *[s.start for s in found]])
+        end = max([t, *[s.end for s in found]])
+        if end < close:  # step 4: the merged end is what is tested
+            self.result.ledger.append(ledger_row(rec, self.op.name, "late", t, self.stream_time, (start, end),
+                                                  range_time=start))
+            return
+        out = 0
+        if (start, end) != (t, t):  # step 5: tombstones for every found session, in store order
+            for s in found:
+                self._emit({"key": key, "window_start": s.start, "window_end": s.end,
+                            **{n: None for n in self.names}, "ts": s.end}, seq, out)
+                out += 1
+        row = {"key": key, "value": rec["value"], "ts": t, "timestamp": rec["timestamp"], "topic": rec["topic"],
+               "partition": rec["partition"], "offset": rec["offset"]}
+        merged = Session(start, end, rows=[r for s in found for r in s.rows] + [row])
+        for name, (fold, merge) in self.folds.items():
+            value = fold.init()
+            for s in found:
+                value = merge({"a": value, "b": s.folds[name]})
+            merged.folds[name] = fold.add(value, row)
+        for s in found:
+            sessions.remove(s)
+        sessions.append(merged)
+        self.store_time = end if self.store_time is None else max(self.store_time, end)
+        self._emit(self._row(key, merged), seq, out)
+
+    def _emit(self, row: dict[str, Any], seq: int, position: int) -> None:
+        if self.emit == "updates":
+            assert position < SLOTS
+            self.result.outputs[self.op.name].append({**row, "emit_seq": seq * SLOTS + position, "task": self.task})
+
+    def _row(self, key: Any, s: Session) -> dict[str, Any]:
+        values: dict[str, Any] = dict(s.folds)
+        for name, agg in self.sqls.items():
+            state = agg.init()
+            for r in s.rows:
+                state = agg.add(state, r)
+            values[name] = agg.result(state)
+        return {"key": key, "window_start": s.start, "window_end": s.end, **{n: values[n] for n in self.names},
+                "ts": s.end}
+
+    def finish(self) -> None:
+        """emit: final: a session is final once end < ST - grace - gap; the others are incomplete."""
+        if self.emit != "final":
+            return
+        close = self.stream_time - self.grace - self.gap
+        every = [(key, s) for key, sessions in self.store.items() for s in sessions]
+        for key, s in sorted(every, key=lambda ks: (ks[1].end, ks[1].start, str(ks[0]))):
+            row = self._row(key, s)
+            if s.end < close:
+                self.result.outputs[self.op.name].append(row)
+            else:
+                self.result.incomplete[self.op.name].append({**row, "stream_time": self.stream_time,
+                                                             "task": self.task})

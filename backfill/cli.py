@@ -183,7 +183,7 @@ def conformance(
             "--kafka-streams", help="Kafka Streams version to judge with (repeatable; default: every version "
                                     "set up in jvm/lib).")] = None,
         operator: Annotated[list[str] | None, typer.Option(
-            "--operator", help="aggregate or join (repeatable; default: both).")] = None,
+            "--operator", help="aggregate, session, sliding or join (repeatable; default: all).")] = None,
         scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,
         engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",

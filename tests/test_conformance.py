@@ -1,9 +1,10 @@
 """Kafka Streams itself judges: random adversarial scenarios through TopologyTestDriver (jvm/harness) and ours.
 
-The reference engine is compared on a few hundred scenarios per operator kind with both Kafka Streams
-versions (one JVM start per version and kind); the Spark engine on a smaller fixed set of aggregates
-through the CLI, as a user runs it (the property tests hold it to the reference engine on joins). A test also proves the comparison can fail: a judge whose grace is one
-millisecond longer is caught, and the difference is shrunk to a job folder that reproduces it.
+The reference engine is compared on a few hundred scenarios per operator kind (tumbling/hopping aggregates,
+session and sliding windows, joins) with several Kafka Streams versions (one JVM start per version and kind);
+the Spark engine on a smaller fixed set of windowed scenarios through the CLI, as a user runs it (the property
+tests hold it to the reference engine on joins). A test also proves the comparison can fail: a judge whose
+grace is one millisecond longer is caught, and the difference is shrunk to a job folder that reproduces it.
 """
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.conformance import check, harness
-from backfill.conformance.scenarios import Scenario, aggregate_configs, generate, join_configs
+from backfill.conformance.scenarios import (Scenario, aggregate_configs, generate, join_configs, session_configs,
+                                            sliding_configs)
 
 pytestmark = pytest.mark.jvm
 
 VERSIONS = ["4.4.0", "3.9.1"]  # the current 4.x and the last 3.x, both in jvm/pom.xml
 # and one release of each older line whose rules differ (jobspec/versions.py): joins changed in 3.7 and 3.8,
 # window aggregates never did
-OLDER = {"aggregate": ["3.4.1"], "join": ["3.7.2", "3.4.1"]}
+OLDER = {"aggregate": ["3.4.1"], "session": ["3.4.1"], "sliding": ["3.4.1"], "join": ["3.7.2", "3.4.1"]}
 SEED = 7
 
 
@@ -37,7 +39,7 @@ def _harness_built() -> None:
         harness.check_version(version)
 
 
-@pytest.mark.parametrize("kind", ["aggregate", "join"])
+@pytest.mark.parametrize("kind", ["aggregate", "session", "sliding", "join"])
 def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -> None:
     """Each version judges the job run under its own profile (`kafka_streams:`)."""
     versions = VERSIONS + OLDER[kind]
@@ -48,7 +50,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
         assert [d.to_dict() for d in r.differences] == [], f"Kafka Streams {version}"
         assert r.agreeing == {"reference": 300}
         # not vacuous: many outputs, and Kafka Streams dropped records (late, null keys/values) in many scenarios
-        assert r.outputs > 900 and r.dropped > 100, (version, r.outputs, r.dropped)
+        assert r.outputs > 700 and r.dropped > 100, (version, r.outputs, r.dropped)
     if kind == "join":  # the lines differ here: before 3.7 null keys never reach a join (fewer results, drops)
         by_version = {v: (r.outputs, r.dropped) for v, r in results}
         assert by_version["3.4.1"][0] < by_version["3.7.2"][0] and by_version["3.4.1"][1] < by_version["3.7.2"][1]
@@ -56,7 +58,8 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 def test_every_configuration_is_drawn() -> None:
-    for kind, configs in (("aggregate", aggregate_configs()), ("join", join_configs())):
+    for kind, configs in (("aggregate", aggregate_configs()), ("session", session_configs()),
+                          ("sliding", sliding_configs()), ("join", join_configs())):
         drawn = generate(kind, 300, SEED)
         assert {json.dumps(c, sort_keys=True) for c in configs} == {json.dumps(s.config, sort_keys=True) for s in drawn}
         assert any(not s.records for s in drawn)  # empty tasks too
@@ -71,16 +74,17 @@ def test_the_same_seed_draws_the_same_scenarios() -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path) -> None:
-    # aggregates only, every configuration twice: a Spark run costs per operator, not per scenario (the joins'
-    # 14 operators take minutes; `backfill conformance --scenarios 300` runs both, see the README)
-    result = cli("--operator", "aggregate", "--scenarios", "24", "--seed", "11", "--engine", "spark",
+@pytest.mark.parametrize("kind,count", [("aggregate", 24), ("session", 32), ("sliding", 40)])
+def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
+    # windowed kinds, every configuration several times: a Spark run costs per operator, not per scenario (the
+    # joins' 14 operators take minutes; `backfill conformance --scenarios 300` runs all, see the README)
+    result = cli("--operator", kind, "--scenarios", str(count), "--seed", "11", "--engine", "spark",
                  "--failures", str(tmp_path / "failures"), "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["differences"] == 0
     assert [(r["kafka_streams"], r["operator"], r["agreeing"]) for r in report["results"]] == [
-        (v, "aggregate", {"spark": 24}) for v in harness.versions()]
+        (v, kind, {"spark": count}) for v in harness.versions()]
     assert harness.versions()[:2] == VERSIONS
     assert all(r["kafka_streams_outputs"] > 50 and r["kafka_streams_dropped"] > 5 for r in report["results"])
 
@@ -117,7 +121,8 @@ def test_an_unknown_version_is_a_one_line_error() -> None:
 
 
 def test_wrong_options_are_one_line_errors() -> None:
-    for args, message in ((["--operator", "sliding"], "--operator 'sliding': conformance covers aggregate, join"),
+    for args, message in ((["--operator", "hopping"], "--operator 'hopping': conformance covers aggregate, session, "
+                                                      "sliding, join"),
                           (["--engine", "flink"], "--engine 'flink': use spark, reference or both"),
                           (["--scenarios", "0"], "--scenarios 0: give at least 1")):
         result = cli(*args)

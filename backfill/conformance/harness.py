@@ -63,6 +63,13 @@ def encode(scenarios: list[Scenario]) -> str:
         c = sc.config
         if sc.kind == "aggregate":
             lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{c['emit']}")
+        elif sc.kind in ("session", "sliding"):
+            # emit: final is emit-on-close (ON_WINDOW_CLOSE); for sliding windows with a store that keeps every
+            # window (`last`): with the default retention a stream-time jump hides closed windows from the
+            # emitting fetch, which then never emits them (README "Fidelity")
+            emit = {"final": "close" if sc.kind == "session" else "last"}.get(c["emit"], c["emit"])
+            width = c["gap"] if sc.kind == "session" else c["diff"]
+            lines.append(f"S\t{sc.id}\t{'sess' if sc.kind == 'session' else 'slide'}\t{width}\t{c['grace']}\t{emit}")
         else:
             lines.append(f"S\t{sc.id}\tjoin\t{c['how']}\t{c['before']}\t{c['after']}\t{c['grace']}\t{int(c['eager'])}")
         lines.append(f"T\t{sc.id}")

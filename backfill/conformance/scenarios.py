@@ -2,7 +2,8 @@
 
 A scenario is one operator configuration and the records of one task: ties in timestamps, records out of
 order, records exactly at a window's end + grace, null keys and values, a hot key, empty inputs, hopping
-windows whose advance does not divide their size, joins with before != after and zero grace. A batch is
+windows whose advance does not divide their size, session gaps and sliding time differences from 1 ms,
+joins with before != after and zero grace. A batch is
 written as one job: each configuration is an operator, each scenario its own partition number (so its
 own task: state and stream time never cross scenarios).
 """
@@ -14,12 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("aggregate", "join")
+KINDS = ("aggregate", "session", "sliding", "join")
+WINDOWED = ("aggregate", "session", "sliding")
 # (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
 AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1)]
+# (gap, grace) and (time difference, grace) in ms
+SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20)]
+SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0)]
 # (before, after, grace) in ms
 JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0)]
 FOLD = "concat(acc, coalesce(value.p, '~'))"
+MERGE = "concat(a, b)"  # session folds: the earlier session's text, then the later one's
 JOINER = "concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))"
 VALUE_SCHEMA = {"type": "object", "properties": {"n": {"type": ["integer", "null"]}, "p": {"type": "string"}}}
 
@@ -58,6 +64,16 @@ def aggregate_configs() -> list[dict[str, Any]]:
     return [{"size": s, "advance": a, "grace": g, "emit": e} for s, a, g in AGG_WINDOWS for e in ("updates", "final")]
 
 
+def session_configs() -> list[dict[str, Any]]:
+    """Every session window in both emit modes."""
+    return [{"gap": g, "grace": gr, "emit": e} for g, gr in SESSION_WINDOWS for e in ("updates", "final")]
+
+
+def sliding_configs() -> list[dict[str, Any]]:
+    """Every sliding window in both emit modes."""
+    return [{"diff": d, "grace": gr, "emit": e} for d, gr in SLIDING_WINDOWS for e in ("updates", "final")]
+
+
 def join_configs() -> list[dict[str, Any]]:
     """Every join window with every join type; the old eager windows for left and outer joins."""
     out = [{"how": h, "before": b, "after": a, "grace": g, "eager": False}
@@ -69,11 +85,12 @@ def join_configs() -> list[dict[str, Any]]:
 def generate(kind: str, count: int, seed: int) -> list[Scenario]:
     """`count` scenarios of one operator kind, drawn from the seed alone."""
     rng = random.Random(seed)
-    configs = aggregate_configs() if kind == "aggregate" else join_configs()
+    configs = {"aggregate": aggregate_configs, "session": session_configs, "sliding": sliding_configs,
+               "join": join_configs}[kind]()
     out = []
     for i in range(count):
         config = configs[i % len(configs)] if i < len(configs) else rng.choice(configs)  # every config at least once
-        records = _aggregate_records(rng, config) if kind == "aggregate" else _join_records(rng)
+        records = _aggregate_records(rng, config) if kind in WINDOWED else _join_records(rng)
         for r in records:  # a key belongs to one scenario (final results carry no task)
             r["key"] = None if r["key"] is None else f"{r['key']}{i}"
         out.append(Scenario(i, kind, dict(config), records))
@@ -87,7 +104,8 @@ def _aggregate_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, 
     for offset in range(rng.choice([0, *range(1, 16)])):
         roll = rng.random()
         if roll < 0.25 and out:  # right at a window's close: end + grace - stream time in {-1, 0, +1}
-            end = (high - c["grace"]) // c["advance"] * c["advance"] + rng.choice([-1, 0, 1])
+            step = c.get("advance") or c.get("gap") or c.get("diff")
+            end = (high - c["grace"]) // step * step + rng.choice([-1, 0, 1])
             ts = max(end, 0)
         elif roll < 0.45 and out:  # a tie with a record already seen
             ts = rng.choice(out)["timestamp"]
@@ -127,8 +145,9 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
     if len(kinds) > 1:
         raise ValueError(f"one operator kind per job, not {sorted(kinds)}")
     kind = kinds.pop() if kinds else "aggregate"
-    sides = {"input": "scenarios_in"} if kind == "aggregate" else {"left": "scenarios_l", "right": "scenarios_r"}
-    value = "{format: json, schema: value.json}" if kind == "aggregate" else "{format: string}"
+    windowed = kind in WINDOWED
+    sides = {"input": "scenarios_in"} if windowed else {"left": "scenarios_l", "right": "scenarios_r"}
+    value = "{format: json, schema: value.json}" if windowed else "{format: string}"
     sources = []
     for side, source in sides.items():
         rows = [{"topic": source, "partition": sc.id, "offset": r["offset"], "key": r["key"], "value": r["value"],
@@ -138,12 +157,12 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
                        f"timestamp: {{extractor: record, on_invalid: fail}}, partitions: {partitions}}}")
     operators, sinks = [], []
     for op, c in sorted({sc.operator: sc.config for sc in scenarios}.items()):
-        if kind == "aggregate":
-            window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"]
-                      else f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
-            operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n      window: {window}\n"
+        if windowed:
+            merge = f", merge: \"{MERGE}\"" if kind == "session" else ""
+            operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n"
+                             f"      window: {_window(kind, c)}\n"
                              f"      aggregations: {{c: count(), s: sum(value.n), f: {{fold: {{init: \"''\", "
-                             f"step: \"{FOLD}\"}}}}}}\n      emit: {c['emit']}")
+                             f"step: \"{FOLD}\"{merge}}}}}}}\n      emit: {c['emit']}")
         else:
             window = f"{{before: {c['before']}ms, after: {c['after']}ms, grace: {c['grace']}ms}}"
             operators.append(f"  - name: {op}\n    join:\n      left: {sides['left']}\n      right: {sides['right']}\n"
@@ -156,3 +175,14 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
     job.write_text(f"name: {name}\n{rules}sources:\n" + "\n".join(sources) + "\noperators:\n" + "\n".join(operators)
                    + "\nsinks:\n" + "\n".join(sinks) + "\n")
     return job
+
+
+def _window(kind: str, c: dict[str, Any]) -> str:
+    """The job's window of a windowed configuration."""
+    if kind == "session":
+        return f"{{type: session, gap: {c['gap']}ms, grace: {c['grace']}ms}}"
+    if kind == "sliding":
+        return f"{{type: sliding, time_difference: {c['diff']}ms, grace: {c['grace']}ms}}"
+    if c["size"] == c["advance"]:
+        return f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}"
+    return f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}"

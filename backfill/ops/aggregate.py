@@ -43,9 +43,6 @@ class WindowAggregate(Operator):
         w = agg.window
         base = {"name": spec.name, "kind": "aggregate", "inputs": (agg.input,), "emit": agg.emit, "sink": sink,
                 "spec": spec, "index": index}
-        if w.type not in ("tumbling", "hopping"):
-            return cls(**base, window=w.type, implemented=False,
-                       not_implemented_reason=f"{w.type} windows are not implemented yet")
         size, advance, grace = w.size_ms, w.advance_ms, w.grace_ms
         text = (f"{w.type} size {format_duration(size)}" + (f" advance {format_duration(advance)}"
                                                             if w.type == "hopping" else "")
@@ -189,6 +186,15 @@ class FinalWindows(OperatorResult):
         return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
 
 
+def not_rekeyed(op: OperatorSpec) -> dict[str, Any]:
+    """Operator fields refusing `group_by` (re-keying, a repartition) until it is implemented."""
+    assert op.aggregate is not None
+    if not op.aggregate.group_by:
+        return {}
+    return {"implemented": False, "not_implemented_reason": "group_by: re-keying (a repartition) is not implemented "
+                                                           "yet; aggregate by the record key"}
+
+
 def reaches(op: OperatorSpec) -> Column:
     """Records that reach the window aggregate: its input, key not null (4.1 step 1)."""
     assert op.aggregate is not None
@@ -217,9 +223,6 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
     if spec.group_by:
         raise NotImplementedYet(f"operators.{op.name}.aggregate.group_by: re-keying (a repartition) is not "
                                 "implemented yet; it comes with the Kafka source issue. Aggregate by the record key")
-    if spec.window.type not in ("tumbling", "hopping"):
-        raise NotImplementedYet(f"operators.{op.name}.aggregate.window.type: {spec.window.type} windows are not "
-                                "implemented yet; use tumbling or hopping")
     windows = TimeWindows.of(spec.window)
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate")
     reaching = (F.col("source") == spec.input) & F.col("_drop").isNull()

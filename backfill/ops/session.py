@@ -34,7 +34,7 @@ from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, reaches
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed, reaches
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.sqldialect import SparkSQL
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 SLOTS = 8  # outputs per record at most (tombstones + the merged session): emit_seq = seq * SLOTS + position
 KERNEL_SCHEMA = ("task int, seq long, late boolean, window_start long, window_end long, pos long, node_lo long, "
                  "root_lo long, is_root boolean, groups array<long>, tomb array<struct<start:long,end:long>>, "
-                 "init_idx long, step_idx long, merge_idx long")
+                 "init_idx long, step_idx long, merge_idx long, replaced boolean")
 INIT, MERGE, STEP = 0, 1, 2
 
 
@@ -72,7 +72,7 @@ class SessionAggregate(Operator):
                        "time passes its end + gap + grace")
         return cls(name=spec.name, kind="aggregate", inputs=(agg.input,), emit=agg.emit, sink=sink, spec=spec,
                    index=index, window=f"session gap {format_duration(gap)} grace {format_duration(grace)}",
-                   warmup_ms=gap, why=tuple(why))
+                   warmup_ms=gap, why=tuple(why), **not_rekeyed(spec))
 
     @property
     def gap(self) -> int:
@@ -162,6 +162,8 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
     children: list[list[int] | None] = [None] * n
     tomb: list[list[tuple[int, int]] | None] = [None] * n
     has_parent = [False] * n
+    replaced = [False] * n
+    bounds: dict[tuple[Any, int, int], int] = {}  # (key, start, end) -> the node the store holds there
     for i in range(n):
         t, key = ts[i], keys[i]
         entry = store.get(key)
@@ -189,9 +191,15 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
             for c in nodes[j:m]:
                 has_parent[c] = True
         starts[j:m], ends[j:m], nodes[j:m] = [lo], [hi], [i]
+        old = bounds.get((key, lo, hi))
+        if old is not None and not has_parent[old]:  # a put replaces a hidden session with the same bounds
+            replaced[old] = True
+        bounds[(key, lo, hi)] = i
         store_time = hi if store_time is None else max(store_time, hi)
     out = _merge_trees(n, late, children, has_parent, groups)
-    out.update(late=late, window_start=w_start, window_end=w_end, tomb=tomb)
+    gone = {out["root_lo"][i] for i in range(n) if replaced[i]}  # every node of a replaced session's tree
+    out.update(late=late, window_start=w_start, window_end=w_end, tomb=tomb,
+               replaced=[lo is not None and lo in gone for lo in out["root_lo"]])
     return out
 
 
@@ -334,6 +342,7 @@ def _final(nodes: DataFrame, aggs: list[CompiledAggregation], gap: int, grace: i
            final_st: Mapping[int, int]) -> DataFrame:
     """Every session (a merge tree's root) with its values, `_closed` and `_split` (kept by two tasks)."""
     sql = [a for a in aggs if not a.is_fold]
+    nodes = nodes.where(~F.col("replaced"))  # in a tree whose root a later session replaced: not in the store
     root_cols = [F.max_by(F.struct("key", "window_start", "window_end"), F.col("is_root").cast("int")).alias("_r")]
     if sql and any(a.order_sensitive for a in sql):
         valued = nodes.select("task", "root_lo", "is_root", "key", "window_start", "window_end",

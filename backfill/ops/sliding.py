@@ -25,7 +25,7 @@ from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, reaches
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed, reaches
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
@@ -65,7 +65,7 @@ class SlidingAggregate(Operator):
                    index=index, window=f"sliding time difference {format_duration(diff)} grace "
                                        f"{format_duration(grace)}",
                    warmup_ms=2 * diff, cooldown_ms=diff + grace, last_window_start=last_start, close_time=close,
-                   why=tuple(why))
+                   why=tuple(why), **not_rekeyed(spec))
 
     @property
     def diff(self) -> int:

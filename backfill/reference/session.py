@@ -91,6 +91,9 @@ class SessionAggregate:
             merged.folds[name] = fold.add(value, row)
         for s in found:
             sessions.remove(s)
+        # the store is keyed by (key, end, start): a put replaces a session with the same bounds that the store
+        # no longer shows (one that ended exactly at the close time, kafka-streams.md 9)
+        sessions[:] = [s for s in sessions if (s.start, s.end) != (start, end)]
         sessions.append(merged)
         self.store_time = end if self.store_time is None else max(self.store_time, end)
         self._emit(self._row(key, merged), seq, out)

@@ -138,3 +138,21 @@ def test_a_fold_on_session_windows_needs_a_merge(tmp_path, spark):
     got = run_job(tmp_path, job, {"s": timeline([("k", "a", 0)])})
     assert got.code == 2
     assert "aggregations.v.fold.merge" in got.stderr and "a + b" in got.stderr
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("emit", ["updates", "final"])
+def test_a_session_the_store_hides_is_replaced_by_a_new_one_with_the_same_bounds(tmp_path, spark, engine, emit):
+    # gap 10, grace 0: at stream time 10 the session [0,0] is hidden (end 0 <= 10 - 10) but a record at 0 is not
+    # late (close time 0): it starts a new [0,0], which the store keeps under the same (key, end, start)
+    inputs = timeline([("k", "a", 0), ("other", "x", 10), ("k", "b", 0), ("other", "y", 11)])
+    got = run_job(tmp_path, aggregate_job("{type: session, gap: 10ms, grace: 0ms}", TRAIL, emit),
+                  {"s": inputs}, engine=engine)
+    assert got.code == 0, got.stderr
+    if emit == "updates":  # no tombstone for the hidden [0,0]: the record found nothing
+        assert _sessions(_in_order(got.outputs["agg"])) == [
+            ("k", 0, 0, "a", 0), ("other", 10, 10, "x", 10), ("k", 0, 0, "b", 0), ("other", 10, 10, None, 10),
+            ("other", 10, 11, "xy", 11)]
+    else:  # one session [0,0] for k, the one the store holds
+        assert _sessions(got.outputs["agg"]) == [("k", 0, 0, "b", 0)]
+    assert got.ledger == []

@@ -47,6 +47,10 @@ import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Merger;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
@@ -54,6 +58,7 @@ import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.test.TestRecord;
 
@@ -66,6 +71,10 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       emit: every update, suppress(untilWindowCloses), or emitStrategy(onWindowClose());
  *                       aggregator: count|sum of n|fold of p (default), count, or concat:INIT (acc + '+' + value)
  *                       retention: the window store's, in ms (default: size + grace, Kafka Streams' own default)
+ *   S id sess gap grace emit(updates|final|close)    session windows, count|sum of n|fold of p, merged
+ *                       field by field (count + count | sum + sum | fold . fold)
+ *   S id slide diff grace emit(updates|final|close|last)  sliding windows, count|sum of n|fold of p; last: every
+ *                       update, then only the last one of each window closed at the end (end < stream time - grace)
  *   S id join how(inner|left|outer) before after grace eager(0|1) [joiner]
  *                       joiner: l|r with '-' for a missing side (default), or plus (String(l) + '+' + String(r))
  *   T task                                                 a task: the records below, in processing order
@@ -143,9 +152,13 @@ public final class Replay {
     }
 
     private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out) {
-        boolean agg = s[2].equals("agg");
+        boolean agg = !s[2].equals("join");
         StreamsBuilder builder = new StreamsBuilder();
-        if (agg) {
+        if (s[2].equals("sess")) {
+            sessions(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5]);
+        } else if (s[2].equals("slide")) {
+            sliding(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5]);
+        } else if (agg) {
             aggregate(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), Long.parseLong(s[5]), s[6],
                 s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1);
         } else {
@@ -172,7 +185,11 @@ public final class Replay {
                 TestInputTopic<String, String> topic = r[1].equals("R") ? right : left;
                 topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
             }
-            for (TestRecord<String, String> rec : output.readRecordsToList()) {
+            List<TestRecord<String, String>> forwarded = output.readRecordsToList();
+            if (s[2].equals("slide") && s[5].equals("last")) {
+                forwarded = lastOfClosed(forwarded, records, Long.parseLong(s[4]));
+            }
+            for (TestRecord<String, String> rec : forwarded) {
                 String key = rec.key();
                 String start = "-";
                 String end = "-";
@@ -223,6 +240,75 @@ public final class Replay {
         if (emit.equals("final")) {
             table = table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
         }
+        table.toStream()
+            .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * Emit-on-close with a store that keeps every window: the last update of each window whose end is before
+     * the task's final stream time minus grace (records with a key and a value advance it), in window order.
+     */
+    private static List<TestRecord<String, String>> lastOfClosed(List<TestRecord<String, String>> updates,
+                                                                 List<String[]> records, long grace) {
+        long streamTime = Long.MIN_VALUE;
+        for (String[] r : records) {
+            if (nullable(r[2]) != null && nullable(r[3]) != null) {
+                streamTime = Math.max(streamTime, Long.parseLong(r[4]));
+            }
+        }
+        Map<String, TestRecord<String, String>> last = new java.util.TreeMap<>();
+        for (TestRecord<String, String> rec : updates) {
+            last.put(rec.key(), rec);
+        }
+        List<TestRecord<String, String>> closed = new ArrayList<>();
+        for (TestRecord<String, String> rec : last.values()) {
+            if (Long.parseLong(rec.key().split("\t", -1)[2]) < streamTime - grace) {
+                closed.add(rec);
+            }
+        }
+        return closed;
+    }
+
+    private static void sessions(StreamsBuilder builder, long gap, long grace, String emit) {
+        SessionWindowedKStream<String, String> windowed = grouped(builder)
+            .windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(gap), Duration.ofMillis(grace)));
+        if (emit.equals("close")) {
+            windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+        }
+        Merger<String, String> merge = (k, a, b) -> {
+            String[] x = a.split("\\|", -1);
+            String[] y = b.split("\\|", -1);
+            return (Long.parseLong(x[0]) + Long.parseLong(y[0])) + "|" + (Long.parseLong(x[1]) + Long.parseLong(y[1]))
+                + "|" + x[2] + y[2];
+        };
+        KTable<Windowed<String>, String> table = windowed.aggregate(() -> "0|0|", Replay::step, merge,
+            Materialized.<String, String, SessionStore<Bytes, byte[]>>as("agg")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        emitWindowed(emit.equals("final")
+            ? table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded())) : table);
+    }
+
+    private static void sliding(StreamsBuilder builder, long diff, long grace, String emit) {
+        TimeWindowedKStream<String, String> windowed = grouped(builder)
+            .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(diff), Duration.ofMillis(grace)));
+        if (emit.equals("close")) {
+            windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+        }
+        KTable<Windowed<String>, String> table = windowed.aggregate(() -> "0|0|", Replay::step,
+            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("agg")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        emitWindowed(emit.equals("final")
+            ? table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded())) : table);
+    }
+
+    private static org.apache.kafka.streams.kstream.KGroupedStream<String, String> grouped(StreamsBuilder builder) {
+        return builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()))
+            .groupByKey(Grouped.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** The window travels in the key: key \t start \t end (a session's end is inclusive, as Kafka Streams has it). */
+    private static void emitWindowed(KTable<Windowed<String>, String> table) {
         table.toStream()
             .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));

@@ -51,7 +51,7 @@ def test_demo_job_on_a_standalone_cluster_equals_local_mode(tmp_path):
         local = _finish(running)
         clustered = _finish(_start(cluster_job, {**env, "BACKFILL_MASTER": master}, "--profile", "cluster"))
     assert not cluster_processes(tmp_path / "spark")
-    for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop"):
+    for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop", "user_sessions"):  # user_sessions: a kernel per task
         assert _table(tmp_path / "cluster" / "data" / "gold" / name) == _table(tmp_path / "local" / "data" / "gold" / name)
     assert _table(tmp_path / "cluster" / "data" / "ledger" / "clicks") == \
         _table(tmp_path / "local" / "data" / "ledger" / "clicks")

@@ -109,13 +109,16 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
     assert "demo-output/data/gold/" in text and "demo-output/data/ledger/clicks" in text
     work = tmp_path / "demo-output"
     ledger = DeltaTable(str(work / "data/ledger/clicks")).to_pyarrow_table().to_pylist()
+    assert "late examples, user_sessions (session gap 30s, grace 10s)" in text
     grace = {"clicks_per_user_1m": 10_000, "clicks_per_user_5m_hop": 30_000}
     late = [r for r in ledger if r["reason"] == "late"]
-    assert {r["operator"] for r in late} == set(grace)
-    # every late drop was refused by a closed window (kafka-streams.md 4.1)
-    assert all(r["stream_time"] >= r["window_end"] + grace[r["operator"]] for r in late)
-    assert sum(r["reason"] == "null_key" for r in ledger) == 2 * NULL_KEYS
-    for name in grace:
+    assert {r["operator"] for r in late} == {*grace, "user_sessions"}
+    # every late drop was refused by a closed window (kafka-streams.md 4.1), or a closed session (6: the merged
+    # session it would have made ends before stream time - gap - grace)
+    assert all(r["stream_time"] >= r["window_end"] + grace[r["operator"]] for r in late if r["operator"] in grace)
+    assert all(r["window_end"] < r["stream_time"] - 30_000 - 10_000 for r in late if r["operator"] == "user_sessions")
+    assert sum(r["reason"] == "null_key" for r in ledger) == 3 * NULL_KEYS
+    for name in (*grace, "user_sessions"):
         assert DeltaTable(str(work / "data/gold" / name)).to_pyarrow_table().num_rows > 0
     # and no record that should count was dropped: replay each partition in offset order (one source, so a
     # task's order is its offset order), keep a record in its minute while end + grace > stream time

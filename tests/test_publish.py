@@ -20,7 +20,10 @@ MINUTE = 60_000
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z, the sample's first timestamp
 
 
-def _job(tmp: Path, emit: str = "updates") -> Path:
+HOPPING = "{type: hopping, size: 5m, advance: 1m, grace: 30s}"
+
+
+def _job(tmp: Path, emit: str = "updates", window: str = HOPPING) -> Path:
     (tmp / "jobs").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "schemas" / "click.json", tmp / "click.json")
     job = tmp / "jobs" / "clicks.yaml"
@@ -32,7 +35,7 @@ operators:
   - name: hop
     aggregate:
       input: clicks
-      window: {{type: hopping, size: 5m, advance: 1m, grace: 30s}}
+      window: {window}
       aggregations: {{n: count(), amount: sum(value.amount)}}
       emit: {emit}
 sinks:
@@ -56,7 +59,7 @@ def _run(job: Path, *args: str) -> None:
 
 def _rows(path: Path, cols: tuple[str, ...]) -> list[tuple]:
     table = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return sorted(tuple(r[c] for c in cols) for r in table)
+    return sorted((tuple(r[c] for c in cols) for r in table), key=repr)  # repr: tombstones hold nulls
 
 
 def _ranked(rows: list[tuple]) -> list[tuple]:
@@ -67,24 +70,32 @@ def _ranked(rows: list[tuple]) -> list[tuple]:
     for r in sorted(rows, key=lambda r: r[6]):
         seen[(r[0], r[1])] = seen.get((r[0], r[1]), 0) + 1
         ranked.append((*r[:6], seen[(r[0], r[1])]))
-    return sorted(ranked)
+    return sorted(ranked, key=repr)
 
 
+@pytest.mark.parametrize("window", [HOPPING, "{type: sliding, time_difference: 20s, grace: 30s}",
+                                    "{type: session, gap: 20s, grace: 30s}"])
 @pytest.mark.parametrize("emit", ["updates", "final"])
-def test_range_run_equals_the_full_run_inside_the_range(tmp_path, sample, spark, emit):
+def test_range_run_equals_the_full_run_inside_the_range(tmp_path, sample, spark, emit, window):
     """Warm-up and cool-down are exact: the same rows as a full replay, for the windows in range."""
     full, ranged = tmp_path / "full", tmp_path / "ranged"
     for root in (full, ranged):
         shutil.copytree(sample / "bronze", root / "bronze")
-    _run(_job(full, emit))
+    _run(_job(full, emit, window))
     start, end = T0 + 3 * MINUTE, T0 + 9 * MINUTE + 30_000  # an end that is not on a window boundary
-    _run(_job(ranged, emit), "--start", str(start), "--end", str(end))
+    _run(_job(ranged, emit, window), "--start", str(start), "--end", str(end))
     cols = ("key", "window_start", "window_end", "n", "amount", "ts") + (("emit_seq",) if emit == "updates" else ())
     expected = _ranked([r for r in _rows(full / "gold" / "hop", cols) if start <= r[1] < end])
     assert expected and _ranked(_rows(ranged / "gold" / "hop", cols)) == expected
     ledger_cols = ("offset", "partition", "reason", "window_start", "stream_time")
-    late = [r for r in _rows(full / "ledger", ledger_cols + ("range_time",)) if start <= r[-1] < end]
-    assert sorted(r[:-1] for r in late) == _rows(ranged / "ledger", ledger_cols)
+    late = [r[:-1] for r in _rows(full / "ledger", ledger_cols + ("range_time",)) if start <= r[-1] < end]
+    got = _rows(ranged / "ledger", ledger_cols)
+    if "sliding" not in window:
+        assert sorted(late, key=repr) == got
+    else:  # the cool-down (end + D + grace) is shorter than the sample's lateness: a straggler refused by a
+        # window in range after it is past the cool-down (counted, not processed), so not in this ledger
+        cut = end + 20_000 + 30_000
+        assert {r for r in late if r[4] is None or r[4] < cut} <= set(got) <= set(late)
 
 
 def test_rerunning_a_range_replaces_exactly_that_range(tmp_path, sample, spark):

@@ -186,7 +186,7 @@ def _windows(job: Path) -> dict[str, WindowSpec]:
 # ----------------------------------------------------------------------------- explaining the drops
 
 REASONS = {
-    "late": "its window had closed: stream time >= window end + grace",
+    "late": "its window had closed: stream time >= window end + grace (a session: > its end + gap + grace)",
     "null_key": "no key, nothing to group by (Kafka Streams skips it)",
     "invalid_timestamp": "no valid timestamp (on_invalid: skip)",
 }
@@ -213,9 +213,11 @@ def _examples(ledger: list[dict[str, Any]], windows: dict[str, WindowSpec]) -> l
         w = windows[op]
         for j in range(k):  # spread over the range of lateness: stragglers and near misses
             r = mine[j * (len(mine) - 1) // max(k - 1, 1)]
-            picked.append({**r, "grace_ms": w.grace_ms, "behind_ms": r["stream_time"] - r["timestamp"],
+            closes = r["window_end"] + w.grace_ms + (int(w.gap or 0) if w.type == "session" else 0)
+            picked.append({**r, "grace_ms": w.grace_ms, "closes_ms": closes,
+                           "behind_ms": r["stream_time"] - r["timestamp"],
                            "windows_refused": refused[(op, r["partition"], r["offset"])],
-                           "windows_of_record": -(-w.size_ms // w.advance_ms)})
+                           "windows_of_record": _windows_per_record(w)})
     return picked
 
 
@@ -224,8 +226,15 @@ def _clock(ms: int, seconds: bool = True) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%H:%M:%S" if seconds else "%H:%M")
 
 
+def _windows_per_record(w: WindowSpec) -> int:
+    """How many windows a record falls into: ceil(size / advance); one session."""
+    return 1 if w.type == "session" else -(-w.size_ms // w.advance_ms)
+
+
 def _describe(w: WindowSpec) -> str:
-    """`tumbling 1m, grace 10s` / `hopping 5m every 1m, grace 30s`."""
+    """`tumbling 1m, grace 10s` / `hopping 5m every 1m, grace 30s` / `session gap 2m, grace 30s`."""
+    if w.type == "session":
+        return f"session gap {format_duration(int(w.gap or 0))}, grace {format_duration(w.grace_ms)}"
     every = f" every {format_duration(w.advance_ms)}" if w.type == "hopping" else ""
     return f"{w.type} {format_duration(w.size_ms)}{every}, grace {format_duration(w.grace_ms)}"
 
@@ -251,7 +260,9 @@ def explain_drops(out: Console, summary: dict[str, Any], ledger: list[dict[str, 
     out.print("[bold]What was dropped, and why[/] (times are UTC, 2024-01-01)", highlight=False)
     out.print("Stream time is the highest timestamp a task (one partition here) has seen so far. Kafka Streams "
               "closes a window once stream time reaches window end + grace; a record arriving after that is "
-              "dropped for that window. A hopping record can miss an old window and still count in newer ones.",
+              "dropped for that window. A hopping record can miss an old window and still count in newer ones. "
+              "A session closes once stream time passes its end + gap + grace; a click that would only start "
+              "or extend a closed session is dropped, one inside a session still open is counted.",
               highlight=False)
     out.print(_reason_table(summary, counts))
     for reason in sorted({r for per_op in counts.values() for r in per_op}):
@@ -280,10 +291,11 @@ def _late_table(op: str, w: WindowSpec, examples: list[dict[str, Any]]) -> Table
     """Example late drops of one operator: when the window closed and how far behind the record was."""
     table = Table("key", "timestamp", "window", "closes", "stream time", "behind", "late for", box=None,
                   pad_edge=False, title=f"late examples, {op} ({_describe(w)})", title_justify="left")
+    seconds = w.type == "session"  # a session's bounds are click times
     for e in examples:
         table.add_row(e["key"], _clock(e["timestamp"]),
-                      f"{_clock(e['window_start'], False)}-{_clock(e['window_end'], False)}",
-                      _clock(e["window_end"] + e["grace_ms"]), _clock(e["stream_time"]),
+                      f"{_clock(e['window_start'], seconds)}-{_clock(e['window_end'], seconds)}",
+                      _clock(e["closes_ms"]), _clock(e["stream_time"]),
                       f"{e['behind_ms'] / 1000:.1f} s", f"{e['windows_refused']} of {e['windows_of_record']}")
     return table
 

@@ -150,6 +150,9 @@ def _check_window_values(w: WindowSpec) -> None:
             raise ValueError(f"@size: must be > 0, got {w.size_ms}ms")
         if not 0 < w.advance_ms <= w.size_ms:
             raise ValueError(f"@advance: must be > 0 and <= size ({w.size_ms}ms), got {w.advance_ms}ms")
+    if w.type == "sliding" and w.grace == LEGACY_GRACE:
+        raise ValueError("@grace: sliding windows have no legacy default (SlidingWindows always took a grace); "
+                         "give a duration, e.g. 30s or 0ms")
     if w.type == "sliding" and (w.time_difference or 0) <= 0:
         raise ValueError("@time_difference: must be > 0 (0 would build windows with start == end)")
     if w.type == "session" and (w.gap or 0) <= 0:

@@ -111,3 +111,9 @@ def test_null_values_are_dropped_by_sliding_windows(tmp_path, spark, engine):
     assert got.code == 0, got.stderr
     assert sorted(d["reason"] for d in got.ledger) == ["null_key", "null_value"]
     assert [(r["window_start"], r["n"]) for r in got.outputs["agg"]] == [(0, 1)]
+
+
+def test_sliding_windows_have_no_legacy_grace(tmp_path, spark):
+    got = run_job(tmp_path, aggregate_job("{type: sliding, time_difference: 10ms, grace: legacy}", "{n: count()}",
+                                          "updates"), {"s": timeline([("k", "a", 1)])})
+    assert got.code == 2 and "grace: sliding windows have no legacy default" in got.stderr

@@ -16,7 +16,13 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 - missing_input: the key's partition has an offset gap while the window was open (14.2.8).
 - reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
   application did, in a task with evidence of a restart (verify/restarts.py).
+- session_merge_differs (session windows): a session of one side overlaps, within a gap, a different
+  session of the same key on the other side: the records were merged differently (their processing order,
+  or what the store still held, differed).
 - unexplained: none of the above: a real logic difference.
+
+Sliding and session windows (`attribute_by_bounds`) get the causes their outputs alone can show:
+duplicate_delivery, session_merge_differs, range_boundary; the record-level causes are not attempted.
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
-          *RESTART_CAUSES, "unexplained")
+          *RESTART_CAUSES, "session_merge_differs", "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
 
@@ -461,3 +467,61 @@ def _kept() -> Column:
     return F.when(F.col("_rows") > 1, F.format_string(
         "emitted %d times, a compacted table keeps the last, which is wrong", F.col("_rows"))).otherwise(
         F.lit("emitted once, wrong"))
+
+
+def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
+                        stream_bounds: tuple[int | None, int | None]) -> DataFrame:
+    """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs and each
+    partition's stream time at the end of the data (kafka-streams.md 5, 6)."""
+    assert op.aggregate is not None
+    w = op.aggregate.window
+    session = w.type == "session"
+    gap = int(w.gap or 0) if session else 0
+    nonmatch = result.where(F.col("category") != MATCH)
+    dup, missing, extra = cmp.label("duplicate"), cmp.label("missing"), cmp.label("extra")
+    parts = ev.records.join(nonmatch.select("key").distinct(), "key", "left_semi").groupBy("key").agg(
+        F.collect_set("partition").alias("_parts"))
+    out = nonmatch.join(parts, "key", "left").withColumn(
+        "_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]).cast("int"))
+    out = out.join(ev.partitions.select(F.col("partition").alias("_task"), "end_st"), "_task", "left")
+    # still open at the end of the data read: emit-on-close needs end < ST - grace (- gap)
+    end = F.col("window_end") if "window_end" in cmp.keys else \
+        F.coalesce(F.col("l_window_end"), F.col("r_window_end"), F.col("window_start"))
+    open_ = F.coalesce(end + F.lit(w.grace_ms + gap) >= F.col("end_st"), F.lit(False))
+    lo, hi = stream_bounds
+    outside = F.lit(False) if lo is None or hi is None else \
+        (F.col("window_start") < F.lit(lo)) | (F.col("window_start") > F.lit(hi))
+    if session:  # a session missing on one side that overlaps another of the same key on the other side
+        lonely = out.where(F.col("category").isin(missing, extra)).select(
+            "key", "window_start", "window_end", "category")
+        other = lonely.select("key", F.col("window_start").alias("_os"), F.col("window_end").alias("_oe"),
+                              F.col("category").alias("_oc"))
+        near = (lonely.join(other, "key").where(
+            (F.col("_oc") != F.col("category")) & (F.col("_os") <= F.col("window_end") + F.lit(gap))
+            & (F.col("window_start") <= F.col("_oe") + F.lit(gap)))
+            .groupBy("key", "window_start", "window_end").agg(
+                F.min(F.format_string("[%d, %d]", F.col("_os"), F.col("_oe"))).alias("_other")))
+        out = out.join(near, ["key", "window_start", "window_end"], "left")
+    else:
+        out = out.withColumn("_other", F.lit(None).cast("string"))
+    cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"),
+                                                     F.lit("duplicate_delivery")).otherwise(F.lit("unexplained")))
+             .when(F.col("_other").isNotNull(), F.lit("session_merge_differs"))
+             .when(open_ | outside, F.lit("range_boundary"))
+             .otherwise(F.lit("unexplained")))
+    side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
+    detail = (F.when(F.col("category") == dup, F.format_string(
+        "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
+        .when(F.col("_other").isNotNull(), F.format_string(
+            "the %s has the session %s of this key instead: the records merged differently (their processing "
+            "order, or what the session store still held, differed)", side, F.col("_other")))
+        .when(open_, F.lit("window not closed by the end of the data read (stream time <= window end + grace"
+                           + (" + gap)" if session else ")")))
+        .when(outside, F.lit("window outside the streaming output's range"))
+        .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
+        .otherwise(F.lit("no evidence: a logic difference")))
+    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]
+    proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
+    return out.select(*keep, *proof, F.lit(None).cast("long").alias("_restart_at"),
+                      F.lit(None).cast("array<struct<partition:int,offset:long,ts:long,st:long,status:string>>")
+                      .alias("records"), cause.alias("cause"), detail.alias("detail"))

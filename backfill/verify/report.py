@@ -30,6 +30,8 @@ CAUSE_TEXT = {
                  "compacted table keeps the last emission",
     "state_lost_on_restore": "after a restart, the window had expired in the restored store: the stream counted "
                              "only its last records; the records are shown",
+    "session_merge_differs": "the other side has a different session of the same key within a gap of this one: "
+                             "the records merged differently (processing order, or what the store still held)",
     "unexplained": "no evidence explains it: a real logic difference",
 }
 VERDICT_TEXT = {
@@ -284,7 +286,8 @@ def _inputs(row: dict[str, Any]) -> str:
 # explained causes in muted colours, what nothing explains in red
 CAUSE_COLOURS = {"unexplained": "#c0392b", "missing_input": "#b9770e", "reprocessed_after_restart": "#8e6c8a",
                  "state_lost_on_restore": "#a17fa0", "reemitted": "#c2b0c1", "late_drop_differs": "#5d7fa3",
-                 "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2"}
+                 "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2",
+                 "session_merge_differs": "#7fa38f"}
 
 
 def _timeline_plot(s: Section) -> str:

@@ -42,7 +42,8 @@ BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
 # the order a reader should look at causes in: what no evidence explains, then what corrupted the stream's
 # values, then what explains a difference without anything to repair
 SEVERITY = ("unexplained", "missing_input", "reprocessed_after_restart", "state_lost_on_restore",
-            "late_drop_differs", "reemitted", "duplicate_delivery", "tie_order", "range_boundary")
+            "late_drop_differs", "reemitted", "duplicate_delivery", "session_merge_differs", "tie_order",
+            "range_boundary")
 PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
@@ -214,7 +215,9 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     """Read, normalise, compare, attribute and check one operator."""
     op = _window_operator(plan, target.operator)
     assert op.aggregate is not None
-    windows = TimeWindows.of(op.aggregate.window)
+    kind = op.aggregate.window.type
+    windows = TimeWindows.of(op.aggregate.window) if kind in ("tumbling", "hopping") else None
+    width = windows.size if windows is not None else int(op.aggregate.window.time_difference or 0)
     settings = plan.job.spec.verify.get(op.name)
     backfill_ref = _published(plan, op.name)
     stream_ref = parse_ref(target.against, target.base)
@@ -226,20 +229,28 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     stream = read_table(spark, stream_ref, stream_fallback)
     aggs = tuple(op.aggregate.aggregations)
     if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and JSON values
+        if kind == "session":
+            raise SpecError(f"--against {op.name}={target.against}: an archived topic of session windows (session "
+                            "keys: key, end, start) is not decoded yet; give a table with key, window_start, "
+                            "window_end and the aggregation columns")
         values = T.StructType([T.StructField(mapping.get(a, a), backfill.schema[a].dataType) for a in aggs
                                if a in backfill.columns])
-        stream = decode_window_topic(stream, windows.size, values, f"--against {op.name}={target.against}")
+        stream = decode_window_topic(stream, width, values, f"--against {op.name}={target.against}")
     stream = apply_mapping(stream, mapping, f"--against {op.name}={target.against}")
-    if "window_end" not in stream.columns:
-        stream = stream.withColumn("window_end", F.col("window_start") + F.lit(windows.size))
-    require_columns(stream, ("key", "window_start", *aggs), f"streaming output {stream_ref}",
+    if "window_end" not in stream.columns and kind != "session":
+        stream = stream.withColumn("window_end", F.col("window_start") + F.lit(width))
+    session = kind == "session"  # a session is (key, start, end): its end is part of its identity
+    require_columns(stream, ("key", "window_start", *(("window_end",) if session else ()), *aggs),
+                    f"streaming output {stream_ref}",
                     "map it with --map col=source_col (or verify.<operator>.columns in the job)")
-    columns = ("window_end", *aggs) + (("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())
+    columns = (() if session else ("window_end",)) + aggs + (
+        ("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())
     updates = op.aggregate.emit == "updates"
     order = tuple(c for c in ("partition", "offset") if c in stream.columns)
     tol = {**parse_tolerances([f"{c}={v}" for c, v in (settings.tolerance if settings else {}).items()]),
            **tolerances}
-    cmp = Comparison(keys=("key", "window_start"), columns=columns, tolerances=tol, left="backfill",
+    cmp = Comparison(keys=("key", "window_start", "window_end") if session else ("key", "window_start"),
+                     columns=columns, tolerances=tol, left="backfill",
                      right="stream", left_order=("emit_seq",) if updates else (),
                      right_order=order if len(order) == 2 else (), updates=updates)
     backfill, stream = _in_range(plan, _text_key(backfill)), _in_range(plan, _text_key(stream))
@@ -258,18 +269,22 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            restart = _restart_evidence(stream, backfill, ev, cmp, commits, updates, f"{op.name}")
-            attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
+            if windows is None:  # sliding and session windows: what their outputs alone show
+                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp)) \
+                    .persist(StorageLevel.MEMORY_AND_DISK)
+            else:
+                restart = _restart_evidence(stream, backfill, ev, cmp, commits, updates, f"{op.name}")
+                attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
         progress(f"{op.name}: samples, timeline, expectations")
         samples = _samples(result, attributed, cmp, ev, windows)
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
-                          timeline=_timeline(result, windows.advance, attributed),
+                          timeline=_timeline(result, windows.advance if windows is not None else 1, attributed),
                           lateness=_lateness(ledger, op.name),
                           notes=notes, restarts=found)
-        section.expectations = _stream_suites(stream, op)
+        section.expectations = _stream_suites(stream, op, plan)
         if corrections is not None:
             progress(f"{op.name}: writing corrections to {corrections}")
             section.corrections = write_corrections(spark, left, attributed, cmp, plan, op.name, corrections)
@@ -330,9 +345,8 @@ def _restart_evidence(stream: DataFrame, backfill: DataFrame, ev: causes_mod.Evi
 
 def _window_operator(plan: Plan, name: str) -> OperatorSpec:
     op = plan.job.spec.operator(name)
-    if op.aggregate is None or op.aggregate.window.type not in ("tumbling", "hopping"):
-        raise SpecError(f"operators.{name}: verify reconciles tumbling/hopping window aggregates; this operator is "
-                        f"a {op.kind if op.aggregate is None else op.aggregate.window.type + ' window'}; use "
+    if op.aggregate is None:
+        raise SpecError(f"operators.{name}: verify reconciles window aggregates; this operator is a {op.kind}; use "
                         "backfill diff for other outputs")
     return op
 
@@ -398,15 +412,20 @@ def _stream_bounds(result: DataFrame, cmp: Comparison) -> tuple[int | None, int 
     return (row["lo"], row["hi"]) if row is not None else (None, None)
 
 
-def _stream_suites(stream: DataFrame, op: OperatorSpec) -> list[dict[str, Any]]:
+def _stream_suites(stream: DataFrame, op: OperatorSpec, plan: Plan) -> list[dict[str, Any]]:
     """The window suite on the streaming output as archived (every row, not only the last per window),
     and `(partition, offset)` uniqueness as its own suite on the duplicated groups (as before publish:
     one aggregation instead of GX's window over every row). Their results are rendered in the report itself
     (GX's Data Docs load their styling and scripts from the internet, so they are not built)."""
     assert op.aggregate is not None
-    w = TimeWindows.of(op.aggregate.window)
-    suites = [_suite(window_frame(stream, w), window_checks(w, stream.columns), f"{op.name}.stream",
-                     f"streaming output of {op.name}")]
+    if op.aggregate.window.type in ("tumbling", "hopping"):
+        w = TimeWindows.of(op.aggregate.window)
+        frame, checks = window_frame(stream, w), window_checks(w, stream.columns)
+    else:  # the operator's own window checks (sliding: length D, ts inside; sessions: start <= end == ts)
+        planned = next(o for o in plan.operators if o.name == op.name).output_suite(stream)
+        assert planned is not None
+        frame, checks = planned.frame, [c for c in planned.checks if c.args.get("column") in planned.frame.columns]
+    suites = [_suite(frame, checks, f"{op.name}.stream", f"streaming output of {op.name}")]
     unique = ("partition", "offset")
     if set(unique) <= set(stream.columns):
         suites.append(_suite(duplicated_groups(stream, unique), [unique_check(unique)], f"{op.name}.stream.unique",

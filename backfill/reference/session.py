@@ -14,14 +14,11 @@ order of that merge tree (the found sessions' records, then the record).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
 from backfill.reference.records import ledger_row
-
-if TYPE_CHECKING:
-    from backfill.reference.engine import ReferenceResult
 
 # at most this many outputs per record (tombstones + the merged session): emit_seq = seq * SLOTS + position
 SLOTS = 8
@@ -40,7 +37,7 @@ class Session:
 class SessionAggregate:
     """Session windows of one operator in one task: own stream time, per-key sessions, updates or final."""
 
-    def __init__(self, op: OperatorSpec, task: int, result: ReferenceResult) -> None:
+    def __init__(self, op: OperatorSpec, task: int, result: Any) -> None:
         spec = op.aggregate
         assert spec is not None
         self.op, self.task, self.result = op, task, result

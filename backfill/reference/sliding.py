@@ -11,14 +11,11 @@ data (ON_WINDOW_CLOSE: end < ST - grace); the others are incomplete.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.records import ledger_row
-
-if TYPE_CHECKING:
-    from backfill.reference.engine import ReferenceResult
 
 STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this record's outputs
 
@@ -26,7 +23,7 @@ STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this re
 class SlidingAggregate:
     """Sliding windows of one operator in one task: own stream time, a per-key window store, updates or final."""
 
-    def __init__(self, op: OperatorSpec, task: int, result: ReferenceResult) -> None:
+    def __init__(self, op: OperatorSpec, task: int, result: Any) -> None:
         spec = op.aggregate
         assert spec is not None
         self.op, self.task, self.result = op, task, result

@@ -19,7 +19,7 @@ from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
-                               in_source)
+                               in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
 
@@ -286,8 +286,7 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
     counting the open ones, which are reported, never emitted.
     """
     # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
-    task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
-        if final_st else F.lit(None).cast("long")
+    task_st = task_stream_time(final_st)
     windows = _windows(accepted, aggs, w).withColumn(
         "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
     cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from backfill.errors import PublishError
+
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job
     from backfill.jobspec.models import OperatorSpec
@@ -183,3 +185,18 @@ class Operator(ABC):
 def in_source(name: str) -> Column:
     """Records of source `name` that their source did not drop."""
     return (F.col("source") == name) & F.col("_drop").isNull()
+
+
+def check_null_drops(name: str, counts: OperatorCounts, ledger: Mapping[str, int], reasons: tuple[str, ...]) -> None:
+    """Records counted as null drops in the counting pass must all be in the ledger, else nothing is published."""
+    for reason in reasons:
+        if ledger.get(reason, 0) != counts.dropped[reason]:
+            raise PublishError(f"operators.{name}: conservation check failed ({ledger.get(reason, 0)} {reason} "
+                               f"ledger rows, {counts.dropped[reason]} such records); nothing was published")
+
+
+def task_stream_time(final_st: Mapping[int, int]) -> Column:
+    """Column: the stream time of the row's `task` at the end of the data (null when unknown)."""
+    if not final_st:
+        return F.lit(None).cast("long")
+    return F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task"))

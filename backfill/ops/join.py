@@ -24,12 +24,12 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.errors import PublishError, SpecError
+from backfill.errors import SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 
@@ -133,11 +133,7 @@ class StreamJoin(Operator):
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null drops counted per record must all be in the ledger; the rest of the input contributed."""
-        for reason in ("null_key", "null_value"):
-            if ledger.get(reason, 0) != counts.dropped[reason]:
-                raise PublishError(f"operators.{self.name}: conservation check failed ({ledger.get(reason, 0)} "
-                                   f"{reason} ledger rows, {counts.dropped[reason]} such records); nothing was "
-                                   "published")
+        check_null_drops(self.name, counts, ledger, ("null_key", "null_value"))
         counts.dropped["expired"] = ledger.get("expired", 0)
         counts.contributing = counts.records_in - sum(counts.dropped.values())
 

@@ -30,13 +30,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed, reaches
-from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed
+from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
+from backfill.ops.kernel import KernelAggregate
 from backfill.sqldialect import SparkSQL
 
 if TYPE_CHECKING:
@@ -50,8 +50,10 @@ INIT, MERGE, STEP = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class SessionAggregate(Operator):
+class SessionAggregate(KernelAggregate):
     """Session windows by the record key, `emit: updates` or `final`; sessions are (key, start, end)."""
+
+    session = True
 
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
@@ -86,41 +88,6 @@ class SessionAggregate(Operator):
         assert self.spec is not None and self.spec.aggregate is not None
         return self.spec.aggregate.window.grace_ms
 
-    def stream_time_columns(self) -> dict[str, Column]:
-        """Its own stream time, over the records that reach it (6 step 2)."""
-        assert self.spec is not None
-        return {self.stream_time: reaches(self.spec)}
-
-    def reads(self) -> frozenset[str] | None:
-        """`seq` always (the kernel replays the task order); `timestamp` and `headers` for folds or when named."""
-        assert self.spec is not None and self.spec.aggregate is not None
-        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate", True)
-        texts = [t for a in aggs for t in (a.sql, a.init, a.step, a.merge) if t]
-        read = {"seq"}
-        for column in ("timestamp", "headers"):
-            if any(a.is_fold for a in aggs) or any(column in t for t in texts):
-                read.add(column)
-        return frozenset(read)
-
-    def count_columns(self, live: Column) -> list[Column]:
-        """Records in, null keys, the last stream time per task; late records come from the kernel (settle)."""
-        assert self.spec is not None and self.spec.aggregate is not None
-        mine = in_source(self.spec.aggregate.input) & live
-        return [F.count(F.when(mine, 1)).alias(self.stat("in")),
-                F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
-                F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
-
-    def counts(self, rows: list[Any]) -> OperatorCounts:
-        """Inputs, null keys and the final stream time per task."""
-        counts = OperatorCounts(dropped={"null_key": 0})
-        for r in rows:
-            if r[self.stat("st")] is not None and r["task"] is not None:
-                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
-                                                          r[self.stat("st")])
-            counts.records_in += r[self.stat("in")]
-            counts.dropped["null_key"] += r[self.stat("nullkey")]
-        return counts
-
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """The kernel's merge trees, then values, tombstones and late ledger rows."""
         assert self.spec is not None
@@ -128,10 +95,7 @@ class SessionAggregate(Operator):
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null keys counted per record must all be in the ledger; a late record is one ledger row."""
-        if ledger.get("null_key", 0) != counts.dropped["null_key"]:
-            raise PublishError(f"operators.{self.name}: conservation check failed ({ledger.get('null_key', 0)} "
-                               f"null_key ledger rows, {counts.dropped['null_key']} such records); nothing was "
-                               "published")
+        check_null_drops(self.name, counts, ledger, self.null_reasons)
         counts.dropped["late"] = counts.late_pairs = ledger.get("late", 0)
         counts.contributing = counts.records_in - sum(counts.dropped.values())
 
@@ -353,8 +317,7 @@ def _final(nodes: DataFrame, aggs: list[CompiledAggregation], gap: int, grace: i
     for agg in aggs:
         if agg.is_fold:
             valued = valued.join(_fold_values(nodes, agg, every=False), ["task", "root_lo"])
-    task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
-        if final_st else F.lit(None).cast("long")
+    task_st = task_stream_time(final_st)
     tasks = Window.partitionBy("key", "window_start", "window_end")
     return valued.select(
         "key", "window_start", "window_end", *[a.name for a in aggs], F.col("window_end").alias("ts"), "task",

@@ -21,14 +21,14 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed, reaches
-from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed
+from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
+from backfill.ops.kernel import KernelAggregate
 
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job
@@ -40,8 +40,10 @@ KERNEL_SCHEMA = ("task int, kind int, wid long, key_seq long, window_start long,
 
 
 @dataclass(frozen=True)
-class SlidingAggregate(Operator):
+class SlidingAggregate(KernelAggregate):
     """Sliding windows [start, start + D] by the record key, `emit: updates` or `final`."""
+
+    drops_null_values = True
 
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
@@ -73,44 +75,6 @@ class SlidingAggregate(Operator):
         assert self.spec is not None and self.spec.aggregate is not None
         return int(self.spec.aggregate.window.time_difference or 0)
 
-    def stream_time_columns(self) -> dict[str, Column]:
-        """Its own stream time, over records with a key and a value (5.1 steps 1-2)."""
-        assert self.spec is not None
-        return {self.stream_time: reaches(self.spec) & F.col("value").isNotNull()}
-
-    def reads(self) -> frozenset[str] | None:
-        """`seq` always (the kernel replays the task order); `timestamp` and `headers` for folds or when named."""
-        assert self.spec is not None and self.spec.aggregate is not None
-        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
-        texts = [t for a in aggs for t in (a.sql, a.init, a.step) if t]
-        read = {"seq"}
-        for column in ("timestamp", "headers"):
-            if any(a.is_fold for a in aggs) or any(column in t for t in texts):
-                read.add(column)
-        return frozenset(read)
-
-    def count_columns(self, live: Column) -> list[Column]:
-        """Records in, null keys, null values, the last stream time per task."""
-        assert self.spec is not None and self.spec.aggregate is not None
-        mine = in_source(self.spec.aggregate.input) & live
-        return [F.count(F.when(mine, 1)).alias(self.stat("in")),
-                F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
-                F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
-                        ).alias(self.stat("nullvalue")),
-                F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
-
-    def counts(self, rows: list[Any]) -> OperatorCounts:
-        """Inputs, null keys and values, and the final stream time per task."""
-        counts = OperatorCounts(dropped={"null_key": 0, "null_value": 0})
-        for r in rows:
-            if r[self.stat("st")] is not None and r["task"] is not None:
-                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
-                                                          r[self.stat("st")])
-            counts.records_in += r[self.stat("in")]
-            counts.dropped["null_key"] += r[self.stat("nullkey")]
-            counts.dropped["null_value"] += r[self.stat("nullvalue")]
-        return counts
-
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """The kernel's windows and updates, then their values; refused updates to the ledger."""
         assert self.spec is not None
@@ -119,11 +83,7 @@ class SlidingAggregate(Operator):
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null drops must all be in the ledger; contributing and late records were counted by the kernel (run),
         so `in == contributing + dropped` checks that each record is exactly one of them."""
-        for reason in ("null_key", "null_value"):
-            if ledger.get(reason, 0) != counts.dropped[reason]:
-                raise PublishError(f"operators.{self.name}: conservation check failed ({ledger.get(reason, 0)} "
-                                   f"{reason} ledger rows, {counts.dropped[reason]} such records); nothing was "
-                                   "published")
+        check_null_drops(self.name, counts, ledger, self.null_reasons)
         counts.late_pairs = ledger.get("late", 0)  # one ledger row per refused update
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
@@ -389,8 +349,7 @@ def _final(members: DataFrame, aggs: list[CompiledAggregation], diff: int, grace
     valued = _folded(members.where("_current").select("task", "wid", "pos", "key", "window_start", "_wts",
                                                       *_running(aggs)), aggs) \
         .withColumn("_last", F.row_number().over(last)).where(F.col("_last") == 1)
-    task_st = F.element_at(F.create_map(*[F.lit(x) for kv in final_st.items() for x in kv]), F.col("task")) \
-        if final_st else F.lit(None).cast("long")
+    task_st = task_stream_time(final_st)
     tasks = Window.partitionBy("key", "window_start")
     return valued.select(
         "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],

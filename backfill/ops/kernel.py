@@ -1,0 +1,70 @@
+"""Part: operators. What the kernel-backed window aggregates (sliding, session) share: they replay each task's
+store in processing order in a per-task kernel (DESIGN.md decision 1), so they read `seq`, count their inputs
+and null drops in the counting pass, and learn the late records from the kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from backfill.ops.aggregate import reaches
+from backfill.ops.base import Operator, OperatorCounts, in_source
+from backfill.ops.expressions import compile_aggregations
+
+
+@dataclass(frozen=True)
+class KernelAggregate(Operator):
+    """A window aggregate by the record key whose windows come from a per-task kernel."""
+
+    # sliding windows skip records with a null value (kafka-streams.md 5.1); sessions aggregate them (6)
+    drops_null_values: ClassVar[bool] = False
+    session: ClassVar[bool] = False  # folds need `merge`
+
+    def stream_time_columns(self) -> dict[str, Column]:
+        """Its own stream time, over the records that reach it."""
+        assert self.spec is not None
+        reach = reaches(self.spec)
+        return {self.stream_time: reach & F.col("value").isNotNull() if self.drops_null_values else reach}
+
+    def reads(self) -> frozenset[str] | None:
+        """`seq` always (the kernel replays the task order); `timestamp` and `headers` for folds or when named."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate",
+                                    self.session)
+        texts = [t for a in aggs for t in (a.sql, a.init, a.step, a.merge) if t]
+        read = {"seq"}
+        for column in ("timestamp", "headers"):
+            if any(a.is_fold for a in aggs) or any(column in t for t in texts):
+                read.add(column)
+        return frozenset(read)
+
+    @property
+    def null_reasons(self) -> tuple[str, ...]:
+        """The ledger reasons of records skipped before the store."""
+        return ("null_key", "null_value") if self.drops_null_values else ("null_key",)
+
+    def count_columns(self, live: Column) -> list[Column]:
+        """Records in, null drops, the last stream time per task; late records come from the kernel."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        mine = in_source(self.spec.aggregate.input) & live
+        cols = [F.count(F.when(mine, 1)).alias(self.stat("in")),
+                F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("null_key"))]
+        if self.drops_null_values:
+            cols.append(F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
+                                ).alias(self.stat("null_value")))
+        return [*cols, F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
+
+    def counts(self, rows: list[Any]) -> OperatorCounts:
+        """Inputs, null drops and the final stream time per task."""
+        counts = OperatorCounts(dropped={reason: 0 for reason in self.null_reasons})
+        for r in rows:
+            if r[self.stat("st")] is not None and r["task"] is not None:
+                counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
+                                                          r[self.stat("st")])
+            counts.records_in += r[self.stat("in")]
+            for reason in self.null_reasons:
+                counts.dropped[reason] += r[self.stat(reason)]
+        return counts
+

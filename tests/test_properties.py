@@ -88,28 +88,33 @@ def batches(seed: int) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     return inputs, policies
 
 
-def _job(policies: list[str], schema: Path) -> str:
+AGGREGATIONS = """n: count()
+        total: sum(value.n)
+        low: min(value.n)
+        trail: {fold: {init: "''", step: "concat(acc, coalesce(cast(value.n as string), '_'), ',')"}}
+        first_n: first(value.n)"""
+
+
+def _job(policies: list[str], schema: Path | str, windows: list[str] = WINDOWS, aggregations: str = AGGREGATIONS,
+         name: str = "prop") -> str:
+    """One source per window config (s<i>), operators agg<i>_updates and agg<i>_final, JSONL sinks."""
     sources, ops, sinks = [], [], []
-    for i, (window, policy) in enumerate(zip(WINDOWS, policies, strict=True)):
+    for i, (window, policy) in enumerate(zip(windows, policies, strict=True)):
         sources.append(f"  s{i}: {{format: jsonl, path: inputs/s{i}.jsonl, value: {{format: json, schema: {schema}}}, "
                        f"on_error: skip, timestamp: {{extractor: record, on_invalid: {policy}}}}}")
         for emit in ("updates", "final"):
-            name = f"agg{i}_{emit}"
-            ops.append(f"""  - name: {name}
+            op = f"agg{i}_{emit}"
+            ops.append(f"""  - name: {op}
     aggregate:
       input: s{i}
       window: {window}
       aggregations:
-        n: count()
-        total: sum(value.n)
-        low: min(value.n)
-        trail: {{fold: {{init: "''", step: "concat(acc, coalesce(cast(value.n as string), '_'), ',')"}}}}
-        first_n: first(value.n)
+        {aggregations}
       emit: {emit}""")
-            sinks.append(f"  {name}: {{format: jsonl, path: out/{name}.jsonl}}")
+            sinks.append(f"  {op}: {{format: jsonl, path: out/{op}.jsonl}}")
     nl = chr(10)
     return f"""
-name: prop
+name: {name}
 sources:
 {nl.join(sources)}
 operators:

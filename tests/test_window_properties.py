@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 
 from tests.golden.harness import run_job
-from tests.test_properties import POLICIES, SEEDS, SETTINGS, _ledger, _rows, scenarios
+from tests.test_properties import POLICIES, SEEDS, SETTINGS, _job, _ledger, _rows, scenarios
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 WINDOWS = {
@@ -27,37 +27,12 @@ WINDOWS = {
 MERGE = {"session": ", merge: \"concat(a, '|', b, '>')\"", "sliding": ""}
 
 
-def _job(kind: str, policies: list[str], schema: str) -> str:
-    sources, ops, sinks = [], [], []
-    for i, (window, policy) in enumerate(zip(WINDOWS[kind], policies, strict=True)):
-        sources.append(f"  s{i}: {{format: jsonl, path: inputs/s{i}.jsonl, value: {{format: json, schema: {schema}}}, "
-                       f"on_error: skip, timestamp: {{extractor: record, on_invalid: {policy}}}}}")
-        for emit in ("updates", "final"):
-            name = f"w{i}_{emit}"
-            ops.append(f"""  - name: {name}
-    aggregate:
-      input: s{i}
-      window: {window}
-      aggregations:
-        n: count()
-        total: sum(value.n)
-        low: min(value.n)
-        trail: {{fold: {{init: "'<'", step: "concat(acc, coalesce(cast(value.n as string), '_'), ',')"{MERGE[kind]}}}}}
-        last_n: last(value.n)
-      emit: {emit}""")
-            sinks.append(f"  {name}: {{format: jsonl, path: out/{name}.jsonl}}")
-    nl = chr(10)
-    return f"""
-name: {kind}
-sources:
-{nl.join(sources)}
-operators:
-{nl.join(ops)}
-sinks:
-{nl.join(sinks)}
-  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
-  _runs: {{format: jsonl, path: out/runs.jsonl}}
-"""
+def _aggregations(kind: str) -> str:
+    """The aggregate property test's aggregations; the fold starts from '<' (and merges on sessions), last() in
+    place of first()."""
+    trail = "trail: {fold: {init: \"'<'\", step: \"concat(acc, coalesce(cast(value.n as string), '_'), ',')\""
+    return "\n        ".join(["n: count()", "total: sum(value.n)", "low: min(value.n)", trail + MERGE[kind] + "}}",
+                               "last_n: last(value.n)"])
 
 
 @pytest.mark.parametrize("kind", sorted(WINDOWS))
@@ -79,7 +54,7 @@ def test_spark_equals_reference(tmp_path_factory, spark, kind):
             inputs[f"s{i}"] = rows
         bounds = rng.randint(0, 20), rng.randint(25, 61)
         tmp = tmp_path_factory.mktemp("prop")
-        job = _job(kind, policies, str(schema))
+        job = _job(policies, schema, WINDOWS[kind], _aggregations(kind), name=kind)
         merged = 0
         for args in ((), ("--start", str(bounds[0]), "--end", str(bounds[1]))):
             label = "ranged " if args else ""
@@ -88,12 +63,12 @@ def test_spark_equals_reference(tmp_path_factory, spark, kind):
             assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
             for i in range(len(WINDOWS[kind])):
                 for emit in ("updates", "final"):
-                    name = f"w{i}_{emit}"
+                    name = f"agg{i}_{emit}"
                     assert _rows(fast.outputs.get(name, [])) == _rows(oracle.outputs[name]), label + name
                     if emit == "final":
                         assert fast.summary["operators"][name]["incomplete_windows"] == \
                             len(oracle.summary["incomplete"][name]), label + name
-                merged += sum(1 for r in oracle.outputs[f"w{i}_updates"] if r["n"] is None)
+                merged += sum(1 for r in oracle.outputs[f"agg{i}_updates"] if r["n"] is None)
             assert _ledger(fast.ledger) == _ledger(oracle.ledger), label + "ledger"
             assert fast.summary["operators"] and all(c["balanced"] if "balanced" in c else True
                                                      for c in fast.summary["operators"].values())

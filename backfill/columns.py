@@ -51,6 +51,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "why the record never reaches an operator (unreadable..., invalid_timestamp), or null"),
     RecordColumn("_fatal", "string", "time/extract", "plan/evaluator", "a policy says fail on this record"),
     RecordColumn("task", "int", "order/tasks", "all", "the task that processes it (its partition)"),
+    RecordColumn("_recorded_seq", "bigint", "order/tasks", "operators (rules)",
+                 "the source's recorded order (order_by), kept when `seq` becomes the task's position"),
     RecordColumn("_partition_time", "bigint", "order/tasks", "order/tasks, ledger",
                  "partition time: max ts of its partition so far, this record included"),
     RecordColumn("_partition_time_before", "bigint", "order/tasks", "plan/evaluator (cool-down cut)",

@@ -72,6 +72,12 @@ def examples(prefix: str = "") -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in cases if c["id"].startswith(prefix)}
 
 
+def flink_examples(prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The Flink test vectors of ../shared/semantics, by id."""
+    cases = json.loads((SHARED / "semantics" / "flink-examples.json").read_text())
+    return {c["id"]: c for c in cases if c["id"].startswith(prefix)}
+
+
 @pytest.fixture(scope="session")
 def kafka_broker():
     """A real Apache Kafka broker (KRaft, one node, 127.0.0.1), started once per test session."""

@@ -105,7 +105,7 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) 
                                          F.lit("unreadable record: no partition or offset")))
     where = F.col("_where") if "_where" in df.columns else F.lit(None).cast(WHERE_TYPE)
     key, key_problem = _key(df, spec)
-    df, value, value_problem = _value(df, spec, job)
+    df, value, value_problem = _value(df, spec, job, name)
     seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
     out = df.select(
         F.lit(name).alias("source"), F.lit(rank).cast("int").alias("source_rank"),
@@ -163,10 +163,24 @@ def _key(df: DataFrame, spec: SourceSpec) -> tuple[Column, Column]:
     return raw.cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
 
 
-def _value(df: DataFrame, spec: SourceSpec, job: Job) -> tuple[DataFrame, Column, Column]:
+def read_as_text(job: Job, name: str) -> bool:
+    """A source of a rules operator keeps its value as JSON text: the rules name its fields, as data."""
+    return any(op.rules is not None and name in op.inputs for op in job.spec.operators)
+
+
+def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str) -> tuple[DataFrame, Column, Column]:
     """The decoded value and why it is unreadable; JSON is parsed once, into a column both read."""
     dtype = df.schema["value"].dataType
     none = F.lit(None).cast("string")
+    if read_as_text(job, name):
+        text = F.to_json("value") if isinstance(dtype, T.StructType) else F.col("value").cast("string")
+        if spec.value.format != "json":
+            return df, text, none
+        is_object = F.coalesce(F.schema_of_variant(F.expr("try_parse_json(__text)")).startswith("OBJECT"),
+                               F.lit(False))
+        df = df.withColumn("__text", text)
+        return df, F.col("__text"), F.when(F.col("__text").isNotNull() & ~is_object,
+                                           F.lit("unreadable value: not a JSON object"))
     if spec.value.format == "string" or isinstance(dtype, T.StructType):
         if isinstance(dtype, T.StructType) and spec.value.format == "string":
             return df, F.to_json("value"), none

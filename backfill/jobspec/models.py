@@ -221,28 +221,67 @@ class JoinSpec(Strict):
         return self
 
 
+class RulesSpec(Strict):
+    """The lookback rule engine (flink.md 6, 7): per transaction and rule, an aggregate over [t - W, t]."""
+
+    input: str
+    rules: str
+    # t of the window: `value.<field>` (a JSON integer of epoch ms) or `timestamp` (the record's own)
+    event_time: str = "timestamp"
+    order: Literal["arrival", "event_time"] = "arrival"
+    rule_versions: Literal["as_of_arrival", "final"] = "as_of_arrival"
+    compat: Literal["intended", "demo"] = "intended"
+    # the live job's watermark: the largest event time seen minus this (the demo's legacy extractor), used by
+    # the state cleanup timers of order: arrival
+    out_of_orderness: Duration = 500
+
+    @field_validator("event_time")
+    @classmethod
+    def _event_time(cls, value: str) -> str:
+        if value != "timestamp" and not (value.startswith("value.") and value[6:].isidentifier()):
+            raise ValueError(f"event_time {value!r}: use value.<field> (a field of the transaction holding epoch "
+                             "ms, e.g. value.eventTime) or timestamp (the record timestamp)")
+        return value
+
+    @field_validator("out_of_orderness")
+    @classmethod
+    def _bound(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("out_of_orderness must be >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _two_sources(self) -> RulesSpec:
+        if self.input == self.rules:
+            raise ValueError("@rules: the rule messages come from their own source, not the transactions'")
+        return self
+
+
 class OperatorSpec(Strict):
     name: str
     aggregate: AggregateSpec | None = None
     join: JoinSpec | None = None
+    rules: RulesSpec | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> OperatorSpec:
-        kinds = [k for k in ("aggregate", "join") if getattr(self, k) is not None]
+        kinds = [k for k in ("aggregate", "join", "rules") if getattr(self, k) is not None]
         if len(kinds) != 1:
-            raise ValueError("an operator has `name` and exactly one of: aggregate, join")
+            raise ValueError("an operator has `name` and exactly one of: aggregate, join, rules")
         return self
 
     @property
     def kind(self) -> str:
-        """Operator kind: aggregate or join."""
-        return "aggregate" if self.aggregate is not None else "join"
+        """Operator kind: aggregate, join or rules."""
+        return "aggregate" if self.aggregate is not None else "join" if self.join is not None else "rules"
 
     @property
     def inputs(self) -> list[str]:
         """Names of the sources this operator reads."""
         if self.aggregate is not None:
             return [self.aggregate.input]
+        if self.rules is not None:
+            return [self.rules.input, self.rules.rules]
         assert self.join is not None
         return [self.join.left, self.join.right]
 

@@ -124,6 +124,10 @@ class Operator(ABC):
 
     # the output column that --start/--end select on
     range_column: ClassVar[str] = "window_start"
+    # reads every record of its sources, whatever the range (no warm-up or cool-down cut)
+    reads_all: ClassVar[bool] = False
+    # its inputs are one task's queues (Kafka Streams co-partitioning); False: they are not partitioned together
+    copartitioned: ClassVar[bool] = True
     # printed by `plan --json` (everything but the job's own spec and the position)
     HIDDEN: ClassVar[tuple[str, ...]] = ("spec", "index")
 

@@ -6,12 +6,14 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops.base import Operator
 from backfill.ops.join import StreamJoin
+from backfill.ops.rules import RulesOperator
 from backfill.ops.session import SessionAggregate
 from backfill.ops.sliding import SlidingAggregate
 
 # by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
+    "rules": RulesOperator,
     "tumbling": WindowAggregate,
     "hopping": WindowAggregate,
     "sliding": SlidingAggregate,
@@ -23,6 +25,8 @@ def kind_of(spec: OperatorSpec) -> str:
     """The registry key of a job operator."""
     if spec.join is not None:
         return "join"
+    if spec.rules is not None:
+        return "rules"
     assert spec.aggregate is not None
     return spec.aggregate.window.type
 

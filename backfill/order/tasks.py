@@ -47,6 +47,8 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     df = df.withColumn("_partition_time_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
     order = queue if single_queue and not given_order else task_window(given_order)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    if given_order:  # the recorded order itself, across tasks (a rules operator's arrival axis)
+        df = df.withColumn("_recorded_seq", F.col("seq"))
     # seq counts the records the task processes (dropped ones are never polled), this one included
     df = df.withColumn("seq", F.count(F.when(F.col("_drop").isNull(), 1)).over(running).cast("long"))
     for name, reaches in stream_times.items():

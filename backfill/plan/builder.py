@@ -68,7 +68,8 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
                       on_invalid=spec.timestamp.on_invalid,
                       order=f"recorded order ({spec.order_by})" if spec.order_by else "flow control (merge by head timestamp)",
                       spec=spec,
-                      read_from=start - max(op.warmup_ms for op in readers) if readers and start is not None else None,
+                      read_from=start - max(op.warmup_ms for op in readers)
+                      if readers and start is not None and not any(op.reads_all for op in readers) else None,
                       # an operator without a close time (joins, sessions) reads everything after --end
                       read_until=max(closes) if end is not None and readers and len(closes) == len(readers)
-                      else None)
+                      and not any(op.reads_all for op in readers) else None)

@@ -245,7 +245,7 @@ def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[
     declared = {s.name: (s.spec.partitions if s.spec is not None else None) or summary_partitions.get(s.name)
                 for s in plan.sources}
     for op in plan.operators:
-        if len(op.inputs) > 1:
+        if len(op.inputs) > 1 and op.copartitioned:
             check_copartitioned({s: declared.get(s) or observed.get(s, 0) for s in op.inputs}, op.name)
 
 

@@ -77,8 +77,11 @@ def check_sinks_declared(job: Job) -> None:
 
 
 def check_semantics(job: Job) -> None:
-    """`semantics: flink` is the rule engine's; no operator of the other kinds runs under it (yet)."""
+    """`semantics: flink` is the rule engine's: rules follow flink.md whatever the job says, and the window
+    aggregates and joins of this version follow Kafka Streams only."""
     if job.spec.semantics == "flink":
-        raise SpecError(f"{job.path}: semantics: flink applies to Flink-style rule operators, which this version "
-                        "does not run; aggregates and joins follow semantics: kafka-streams "
-                        f"({DOCS}#a-job)")
+        other = [op.name for op in job.spec.operators if op.rules is None]
+        if other:
+            raise SpecError(f"{job.path}: semantics: flink applies to rules operators only; operators.{other[0]} "
+                            "(an aggregate or join) follows semantics: kafka-streams: remove the line or move it "
+                            f"to a job of its own ({DOCS}#a-job)")

@@ -11,20 +11,31 @@ from backfill.jobspec.load import Job
 from backfill.jobspec.models import SourceSpec
 
 
-def read_records(job: Job, name: str) -> list[dict[str, Any]]:
-    """All records of one source: topic, partition, offset, key, value, timestamp, seq, _problem."""
+def read_records(job: Job, name: str, raw_json: bool = False) -> list[dict[str, Any]]:
+    """All records of one source: topic, partition, offset, key, value, timestamp, seq, _problem.
+
+    `raw_json`: the value stays JSON text (a rules operator reads fields the rules name, exactly): a string
+    as it is, an object of a JSONL line as compact JSON with sorted keys; not an object: unreadable.
+    """
     spec = job.spec.sources[name]
     location = job.resolve(spec.path or "")
     if not os.path.exists(location):
         raise SourceError(f"sources.{name}.path: {location} does not exist")
-    rows = _raw_rows(spec, location, name)
+    rows = _raw_rows(spec, location, name, exact=raw_json)
     schema = _schema_fields(job, spec)
-    return [_canonical(row, spec, name, schema) for row in rows]
+    records = [_canonical(row, spec, name, schema, raw_json) for row in rows]
+    if raw_json and job.spec.sources[name].value.format == "json":
+        from backfill.reference.flinkrules import json_object
+
+        for rec in records:
+            if rec["_problem"] is None and rec["value"] is not None and json_object(rec["value"]) is None:
+                rec["_problem"] = "unreadable value: not a JSON object"
+    return records
 
 
-def _raw_rows(spec: SourceSpec, location: str, name: str) -> list[dict[str, Any]]:
+def _raw_rows(spec: SourceSpec, location: str, name: str, exact: bool = False) -> list[dict[str, Any]]:
     if spec.format == "jsonl":
-        return _jsonl(location)
+        return _jsonl(location, exact)
     if spec.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -52,7 +63,7 @@ def _check_key_column(schema: Any, spec: SourceSpec, name: str, location: str) -
                           f"{spec.key.format} does not read")
 
 
-def _jsonl(location: str) -> list[dict[str, Any]]:
+def _jsonl(location: str, exact: bool = False) -> list[dict[str, Any]]:
     files = [location] if os.path.isfile(location) else sorted(
         os.path.join(location, f) for f in os.listdir(location) if not f.startswith((".", "_")))
     rows = []
@@ -62,12 +73,19 @@ def _jsonl(location: str) -> list[dict[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line, parse_float=_exact_number) if exact else json.loads(line)
                 except json.JSONDecodeError:
                     row = None
                 rows.append(row if isinstance(row, dict) else {"_problem": "unreadable record: the line is not a JSON "
                                                                            "object"})
     return rows
+
+
+def _exact_number(text: str) -> Any:
+    """A JSON number with a fraction as Spark's variant reads it: exact, unless written with an exponent."""
+    import decimal
+
+    return float(text) if "e" in text.lower() else decimal.Decimal(text)
 
 
 # JSONL field types (the same rules as backfill/io/jsonl.py): nothing is coerced; a wrong type is unreadable
@@ -130,7 +148,8 @@ def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
     return {k: (v.get("type") if isinstance(v.get("type"), str) else "string") for k, v in doc["properties"].items()}
 
 
-def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[str, str] | None) -> dict[str, Any]:
+def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[str, str] | None,
+               raw_json: bool = False) -> dict[str, Any]:
     if spec.format == "jsonl" and "_problem" not in row:
         fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
                                                        "headers")}
@@ -150,7 +169,7 @@ def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[st
     key = _key(row.get("key"), spec.key.format)
     if key is _BAD:
         key, problem = None, problem or "unreadable key: not a long"
-    value, value_problem = _value(row.get("value"), spec, schema)
+    value, value_problem = _value(row.get("value"), spec, schema, raw_json)
     return {"source": name, "topic": row.get("topic") or spec.topic or name, "partition": row.get("partition"),
             "offset": row.get("offset"), "key": key, "value": value, "timestamp": _millis(row.get("timestamp")),
             "seq": row.get(spec.order_by) if spec.order_by else None, "_problem": problem or value_problem}
@@ -174,11 +193,16 @@ def _key(key: Any, fmt: str) -> Any:
     return key
 
 
-def _value(raw: Any, spec: SourceSpec, schema: dict[str, str] | None) -> tuple[Any, str | None]:
+def _value(raw: Any, spec: SourceSpec, schema: dict[str, str] | None, raw_json: bool = False
+           ) -> tuple[Any, str | None]:
     if raw is None:
         return None, None
     if isinstance(raw, bytes):
         raw = raw.decode()
+    if raw_json:
+        from backfill.reference.flinkrules import json_text
+
+        return (raw if isinstance(raw, str) else json_text(raw)), None
     if spec.value.format == "string":
         return (raw if isinstance(raw, str) else json.dumps(raw, separators=(",", ":"))), None
     try:

@@ -103,6 +103,8 @@ def check_supported(op: OperatorSpec) -> None:
                                     "yet")
         if op.aggregate.group_by:
             raise NotImplementedYet(f"operators.{op.name}.aggregate.group_by: re-keying is not implemented yet")
+    elif op.rules is not None:
+        return
     elif op.join is not None and op.join.left == op.join.right:
         raise NotImplementedYet(f"operators.{op.name}: self-joins are not implemented")
 

@@ -386,12 +386,14 @@ def _ledger(op: RulesOperator, base: DataFrame, tx: DataFrame, tl: RuleTimeline)
               .when(F.size("_present") == 0, F.lit("no_rule")).otherwise(F.lit("invalid_field")))
     ids = F.array(*[F.lit(r.rule_id) for r in tl.versions]) if tl.versions else F.array().cast("array<int>")
     names = F.array(*[F.lit(r.field) for r in tl.versions]) if tl.versions else F.array().cast("array<string>")
-    first_bad = F.element_at(F.col("_bad"), 1) + 1
+    # the rule with the lowest id that cannot read it (the live job forks in that order)
+    first_bad = F.array_min(F.transform("_bad", lambda i: F.struct(F.element_at(ids, i + 1).alias("id"),
+                                                                   F.element_at(names, i + 1).alias("field"))))
     detail = (F.when(F.col("value").isNull(), F.lit(None))
               .when(F.col("_t").isNull(), F.lit(f"event_time {spec.event_time} is not epoch milliseconds"))
               .when(F.size("_present") == 0, F.lit(None))
-              .otherwise(F.concat(F.lit("rule "), F.element_at(ids, first_bad).cast("string"), F.lit(": "),
-                                  F.element_at(names, first_bad), F.lit(" is not a number"))))
+              .otherwise(F.concat(F.lit("rule "), first_bad["id"].cast("string"), F.lit(": "), first_bad["field"],
+                                  F.lit(" is not a number"))))
     rows = ledger_rows(tx.where(~F.col("_ok")), reason=reason, operator=op.name, detail=detail,
                        range_time=F.col("ts"))
     if not tl.invalid:

@@ -72,4 +72,5 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
                       if readers and start is not None and not any(op.reads_all for op in readers) else None,
                       # an operator without a close time (joins, sessions) reads everything after --end
                       read_until=max(closes) if end is not None and readers and len(closes) == len(readers)
-                      and not any(op.reads_all for op in readers) else None)
+                      and not any(op.reads_all for op in readers) else None,
+                      reads_all=any(op.reads_all for op in readers))

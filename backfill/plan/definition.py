@@ -23,6 +23,7 @@ class SourcePlan:
     order: str
     read_from: int | None = None
     read_until: int | None = None
+    reads_all: bool = False  # every record, whatever the range (a rules operator's source)
     spec: SourceSpec | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> dict[str, Any]:

@@ -173,13 +173,12 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame
     for sp in plan.sources:
         spec = sp.spec
         assert spec is not None
-        read = read_source(spark, plan.job, sp.name, sp.rank, sp.read_from if sp.read_from is not None
-                           else plan.start, sp.read_until)
+        bound = None if sp.reads_all else sp.read_from if sp.read_from is not None else plan.start
+        read = read_source(spark, plan.job, sp.name, sp.rank, bound, sp.read_until)
         summary.inputs[sp.name] = read.manifest(sp.format)
         df = extract(read.records, spec.timestamp, sp.name)
         if spec.on_error == "fail":
             df = df.withColumn("_fatal", F.coalesce(F.col("_fatal"), F.col("_problem")))
-        bound = sp.read_from if sp.read_from is not None else plan.start
         if bound is not None:  # warm-up bound; records without a timestamp stay for the ledger
             df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(bound)))
         frames.append(df)

@@ -37,7 +37,7 @@ def explain(plan: Plan) -> str:
                 if plan.job.spec.kafka_streams is None else ""),
              f"outputs: {_range_column(plan)} in [{instant(plan.start)}, {instant(plan.end)})"]
     for s in plan.sources:
-        bounds = ""
+        bounds = "; every record, whatever the range" if s.reads_all else ""
         if s.read_from is not None:
             bounds = f"; event time from {instant(s.read_from)}"
         if s.read_until is not None:

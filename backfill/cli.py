@@ -183,14 +183,16 @@ def conformance(
             "--kafka-streams", help="Kafka Streams version to judge with (repeatable; default: every version "
                                     "set up in jvm/lib).")] = None,
         operator: Annotated[list[str] | None, typer.Option(
-            "--operator", help="aggregate, session, sliding or join (repeatable; default: all).")] = None,
+            "--operator", help="aggregate, session, sliding, join (judged by Kafka Streams) or rules (judged by "
+                               "Flink); repeatable; default: all.")] = None,
         scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,
         engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",
         failures: Annotated[Path, typer.Option("--failures", help="Where differing scenarios are written, "
                                                                   "shrunk, as job folders.")] = Path("conformance-failures"),
         profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
-    """Run random adversarial scenarios through backfill's engines and Kafka Streams itself; exit 1 on any difference."""
+    """Run random adversarial scenarios through backfill's engines and the real engine (Kafka Streams, Flink for
+    rules); exit 1 on any difference."""
     import tempfile
 
     from rich.table import Table
@@ -200,17 +202,17 @@ def conformance(
     from backfill.conformance.scenarios import KINDS
 
     with handled():
-        kinds = operator or list(KINDS)
+        kinds = operator or [*KINDS, "rules"]
         for kind in kinds:
-            if kind not in KINDS:
-                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}")
+            if kind not in (*KINDS, "rules"):
+                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}, rules")
         engines = {"both": ("spark", "reference"), "spark": ("spark",), "reference": ("reference",)}.get(engine)
         if engines is None:
             raise SpecError(f"--engine {engine!r}: use spark, reference or both")
         if scenarios < 1:
             raise SpecError(f"--scenarios {scenarios}: give at least 1")
         chosen = kafka_streams or versions()
-        for version in chosen or ["(none)"]:
+        for version in (chosen or ["(none)"]) if any(k != "rules" for k in kinds) else []:
             check_version(version)
 
         def run_ours(job: Path, which: str) -> dict[str, Any]:
@@ -218,31 +220,40 @@ def conformance(
 
         rows = []
         with tempfile.TemporaryDirectory(prefix="backfill-conformance-") as work:
-            for kind in kinds:
+            def progress(line: str) -> None:
                 if not as_json:
-                    err.print(f"[dim]- {kind}: {scenarios} scenarios (seed {seed}), engines {', '.join(engines)}, "
-                              f"Kafka Streams {', '.join(chosen)}[/]", highlight=False)
+                    err.print(f"[dim]{line}[/]", highlight=False)
+
+            for kind in kinds:
+                judge = "Flink" if kind == "rules" else f"Kafka Streams {', '.join(chosen)}"
+                progress(f"- {kind}: {scenarios} scenarios (seed {seed}), engines {', '.join(engines)}, {judge}")
+                if kind == "rules":
+                    from backfill.conformance.flink import run_rules
+
+                    rows += run_rules(scenarios, seed, engines, run_ours, Path(work), failures, progress=progress)
+                    continue
                 rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures,
-                                 progress=(lambda _: None) if as_json else
-                                 (lambda line: err.print(f"[dim]{line}[/]", highlight=False)))
+                                 progress=progress)
         differing = sum(len(r.differences) for _, r in rows)
         if as_json:
             print(json.dumps({"seed": seed, "results": [{"kafka_streams": v, **r.to_dict()} for v, r in rows],
                               "differences": differing}, indent=2, default=str))
         else:
             table = Table(box=None, pad_edge=False)
-            for col in ("kafka streams", "operator", "scenarios", "records", "ks outputs", "ks dropped",
+            for col in ("judge", "operator", "scenarios", "records", "judge's outputs", "judge's drops",
                         *(f"agree ({e})" for e in engines), "differ"):
-                table.add_column(col, justify="left" if col in ("kafka streams", "operator") else "right")
+                table.add_column(col, justify="left" if col in ("judge", "operator") else "right")
             for version, r in rows:
-                table.add_row(version, r.kind, f"{r.scenarios:,}", f"{r.records:,}", f"{r.outputs:,}", f"{r.dropped:,}",
-                              *(f"{r.agreeing[e]:,}" for e in engines), f"{len(r.differences):,}")
+                judge_name = version if version.startswith("Flink") else f"Kafka Streams {version}"
+                table.add_row(judge_name, r.kind, f"{r.scenarios:,}", f"{r.records:,}", f"{r.outputs:,}",
+                              f"{r.dropped:,}", *(f"{r.agreeing[e]:,}" if e in r.agreeing else "-" for e in engines),
+                              f"{len(r.differences):,}")
             out.print(table)
             for _, r in rows:
                 for d in r.differences:
                     if d.repro:
-                        out.print(f"difference: {d.engine} on {r.kind} scenario {d.scenario.id}: {d.repro}",
-                                  highlight=False)
+                        sid = d.scenario if isinstance(d.scenario, int) else d.scenario.id
+                        out.print(f"difference: {d.engine} on {r.kind} scenario {sid}: {d.repro}", highlight=False)
         if differing:
             raise typer.Exit(1)
 

@@ -18,6 +18,7 @@ import backfill
 from backfill.errors import SpecError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import WindowSpec
+from backfill.demo.fraud import PAYMENTS, backtest_summary, explain_backtest, generate_payments
 from backfill.demo.stream import partition_for
 
 TOPIC = "clicks"
@@ -134,10 +135,17 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
     ledger = _read_delta(work / LEDGER).to_pylist()
     windows = _windows(job)
     stream = stream_sample(work, job)
+    # the rules example: a Flink fraud-detection job's alerts re-derived, and a back-test of a changed rule
+    if not (work / PAYMENTS / "transactions.jsonl").is_file():
+        generate_payments(work / PAYMENTS)
+    live = execute(work / "jobs" / "fraud_rules.yaml", None, None, profile, "spark", err, quiet=True)
+    execute(work / "jobs" / "fraud_backtest.yaml", None, None, profile, "spark", err, quiet=True)
+    backtest = backtest_summary(work)
     if as_json:
         print(json.dumps({"sample": sample, "summary": summary, "ledger": _reason_counts(ledger),
                           "late_examples": _examples(ledger, windows), "outputs": _outputs(summary),
-                          "stream_sample": stream}, indent=2, default=str))
+                          "stream_sample": stream, "rules": {"summary": live, "backtest": backtest}},
+                         indent=2, default=str))
         return
     print_summary(out, summary)
     explain_drops(out, summary, ledger, windows)
@@ -145,6 +153,7 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
               f"still open at the archive's end) is in {WORK_DIR}/{STREAM}; check the backfill against it with "
               f"[bold]backfill verify {WORK_DIR}/jobs/demo.yaml --against {STREAM_OPERATOR}={WORK_DIR}/{STREAM}[/]",
               highlight=False)
+    explain_backtest(out, backtest, live)
 
 
 def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
@@ -157,9 +166,9 @@ def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
 
 
 def install_job(work: Path) -> Path:
-    """Copy jobs/demo.yaml and schemas/click.json into `work` (same layout, so relative paths hold)."""
+    """Copy the demo's jobs and schemas/click.json into `work` (same layout, so relative paths hold)."""
     repo = Path(backfill.__file__).resolve().parent.parent
-    for rel in ("jobs/demo.yaml", "schemas/click.json"):
+    for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "schemas/click.json"):
         if not (repo / rel).is_file():
             raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
                             "install backfill with `pip install -e` from a clone")

@@ -62,6 +62,8 @@ def _scenario(rng: random.Random, demo: bool) -> list[tuple[str, Any]]:
             amount: Any = rng.choice(["1", "2", "2.50", "0", "-1", "3.25", 4, 0.5])
             if rng.random() < 0.03:
                 amount = "n/a"
+            elif rng.random() < 0.02:
+                amount = "1e1"  # an exponent: that Spark partition is replayed with exact decimals
             tx = {"transactionId": i, "eventTime": t if rng.random() > 0.02 else "later",
                   "payeeId": rng.randint(1, 2), "beneficiaryId": rng.choice([7, 8]),
                   "paymentType": rng.choice(["CSH", "CRD"]), "paymentAmount": amount, "ingestionTimestamp": 1}

@@ -21,7 +21,7 @@ message comes before a transaction at the same place, then partition and offset 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from backfill.jobspec.models import OperatorSpec, RulesSpec
 from backfill.jobspec.rulemessages import Rule, RuleMessageError, parse_rule
 from backfill.ledger import ledger_rows
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
-from backfill.ops.rules_kernel import JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_state
+from backfill.ops.rules_kernel import JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition
 
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job
@@ -208,13 +208,16 @@ def _run(op: RulesOperator, processed: DataFrame) -> OperatorResult:
     if spec.order == "arrival":
         forks, timeline = _with_watermark(forks, tx.where(F.col("_t").isNotNull()), tl, spec)
     versions = [_kernel_version(v, tl) for v in tl.versions]
-    arrival, demo, ooo = spec.order == "arrival", spec.compat == "demo", spec.out_of_orderness
-
-    def kernel(pdf: pd.DataFrame) -> pd.DataFrame:
-        return run_state(pdf, versions, timeline, arrival, demo, ooo)
-
+    arrival, demo = spec.order == "arrival", spec.compat == "demo"
     state_key = ["key"] if demo else ["rule_id", "key"]
-    found = forks.groupBy(*state_key).applyInPandas(kernel, OUTPUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    order = ["a0", "a1", "a2", "a3", "rule_id"] if arrival else ["t", "a0", "a1", "a2", "a3", "rule_id"]
+
+    def kernel(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        return run_partition(batches, versions, timeline, arrival, demo, state_key)
+
+    # every state whole in one partition, in processing order: one compiled call replays them all
+    ordered = forks.repartition(*state_key).sortWithinPartitions(*state_key, *order)
+    found = ordered.mapInPandas(kernel, OUTPUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     failed = found.where(F.col("fail").isNotNull()).orderBy("o0", "o1", "o2", "o3").limit(1).collect()
     if failed:
         f = failed[0]
@@ -291,14 +294,12 @@ def _forks(tx: DataFrame, tl: RuleTimeline, spec: RulesSpec) -> DataFrame:
             parts += [F.lit((";" if j else "") + name + "="), F.coalesce(col_of[name], F.lit("null"))]
         key = F.when(F.col("version").isin(*idxs), F.concat(*parts, F.lit("}"))).otherwise(key)
     rule_id = F.element_at(F.array(*[F.lit(r.rule_id) for r in tl.versions]).cast("array<int>"), F.col("version") + 1)
-    values = F.array(*[col_of[name] for name in tl.aggregate_fields]) if tl.aggregate_fields \
-        else F.array().cast("array<string>")
+    values = [col_of[name].alias(f"v{i}") for i, name in enumerate(tl.aggregate_fields)]
     txid = F.to_json("_v") if spec.compat == "demo" else F.lit(None).cast("string")
     return forks.select(
         key.alias("key"), rule_id.alias("rule_id"), F.col("version").cast("int").alias("version"),
         F.col("_a0").cast("bigint").alias("a0"), F.lit(1).alias("a1"), F.col("partition").cast("int").alias("a2"),
-        F.col("offset").alias("a3"), F.col("_t").alias("t"), "partition", "offset", values.alias("vals"),
-        txid.alias("txid"))
+        F.col("offset").alias("a3"), F.col("_t").alias("t"), "partition", "offset", *values, txid.alias("txid"))
 
 
 def _kernel_version(rule: Rule, tl: RuleTimeline) -> Version:

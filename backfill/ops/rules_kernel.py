@@ -1,23 +1,22 @@
-"""Part: operators. The per-key kernel of the lookback rule engine (flink.md 6.5-6.8, 7.2-7.3): one state's forks.
+"""Part: operators. The per-partition kernel of the lookback rule engine (flink.md 6.5-6.8, 7.2-7.3).
 
-Spark hands it every fork of one state key (the grouping-key string, and with `compat: intended` the rule
-id too), and the rule versions as plain tuples. It replays the state in processing order: store the
-transaction (a set: demo stores field-equal transactions once), evaluate ACTIVE versions over [t - W, t],
-clear the state after an alert of a COUNT_WITH_RESET_FLINK rule; with `order: arrival` also the global
-events the driver knows (CLEAR_STATE_ALL, widest-window changes) and the cleanup timers, which fire when
-the watermark rises past them and evict entries older than the timer minus the widest window then.
+Spark hands it the forks of many state keys (the grouping-key string, and with `compat: intended` the rule
+id too), sorted by state key and processing order, and the rule versions as plain tuples. Each state is
+replayed in processing order: store the transaction (a set: demo stores field-equal transactions once),
+evaluate ACTIVE versions over [t - W, t], clear the state after an alert of a COUNT_WITH_RESET_FLINK rule;
+with `order: arrival` also the global events the driver knows (CLEAR_STATE_ALL, widest-window changes) and
+the cleanup timers, which fire when the watermark rises past them and evict entries older than the timer
+minus the widest window then.
 
-Two paths give the same answers:
-* the fast path, for a state whose forks arrive in event-time order with nothing that rewrites history
-  (no reset rule, no clear, no eviction that a window could see): windows are ranges of a sorted array,
-  sums are differences of a cumulative sum, minima and maxima one monotone-deque pass per window length;
-* the exact replay, record by record, for everything else.
+The replay is compiled (`rules_replay.py`, integers at a fixed scale per field, O(log m) per fork); a
+partition whose values do not fit 64-bit integers at that scale (or are written with an exponent) is replayed
+with exact decimals here instead (`_Replay.exact`), state by state.
 """
 from __future__ import annotations
 
 import bisect
 import re
-from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -31,6 +30,10 @@ DOUBLE_MIN = Decimal("4.9E-324")
 DOUBLE_MAX = Decimal("1.7976931348623157E+308")
 AVG_PLACES = 10
 Axis = tuple[int, int, int, int]
+PLAIN = r"[+-]?(\d+\.?\d*|\.\d+)"  # a number the compiled replay reads (no exponent)
+AGGREGATORS = {"SUM": 0, "AVG": 1, "MIN": 2, "MAX": 3}
+OPERATORS = {"EQUAL": 0, "NOT_EQUAL": 1, "GREATER": 2, "LESS": 3, "GREATER_EQUAL": 4, "LESS_EQUAL": 5}
+COLUMNS = ["partition", "offset", "rule_id", "version", "key", "value", "o0", "o1", "o2", "o3", "fail"]
 
 # an alert (or compat: demo's first failure) and its place in the processing order (o0..o3, then rule_id)
 OUTPUT_SCHEMA = ("partition int, offset long, rule_id int, version int, key string, value string, o0 long, "
@@ -101,17 +104,6 @@ def holds(value: Decimal, op: str, limit: Decimal) -> bool:
     return value <= limit
 
 
-def run_state(pdf: pd.DataFrame, versions: list[Version], timeline: Timeline, arrival: bool, demo: bool,
-              out_of_orderness: int) -> pd.DataFrame:
-    """All alerts (and the first failure of compat: demo) of one state key's forks."""
-    order = ["a0", "a1", "a2", "a3", "rule_id"] if arrival else ["t", "a0", "a1", "a2", "a3", "rule_id"]
-    pdf = pdf.sort_values(order, kind="stable").reset_index(drop=True)
-    replay = _Replay(pdf, versions, timeline, arrival, demo)
-    rows = replay.fast() if replay.fast_path_applies() else replay.exact()
-    return pd.DataFrame(rows, columns=["partition", "offset", "rule_id", "version", "key", "value", "o0", "o1", "o2",
-                                       "o3", "fail"])
-
-
 class _Replay:
     """One state's forks in processing order, as columns."""
 
@@ -126,7 +118,8 @@ class _Replay:
         self.off = pdf["offset"].to_numpy()
         self.axes: list[Axis] = list(zip(pdf["a0"].tolist(), pdf["a1"].tolist(), pdf["a2"].tolist(),
                                           pdf["a3"].tolist()))
-        self.vals = pdf["vals"].tolist()
+        fields = sorted(c for c in pdf.columns if re.fullmatch(r"v\d+", c))
+        self.vals = list(zip(*[pdf[c].tolist() for c in fields])) if fields else [()] * self.n
         self.key = pdf["key"].iloc[0] if self.n else ""
 
     # ------------------------------------------------------------------ shared
@@ -235,101 +228,154 @@ class _Replay:
                 return self.timeline.widest_before(c_axis)
         return self.timeline.widest_before(axis)
 
-    # ------------------------------------------------------------------ fast path
-    def fast_path_applies(self) -> bool:
-        """Forks in event-time order and nothing that rewrites history."""
-        if self.n == 0:
-            return True
-        if self.arrival and np.any(np.diff(self.t) < 0):
-            return False
-        active = [self.versions[j] for j in set(self.vidx.tolist())]
-        if any(v.resets and v.active for v in active):
-            return False
-        if self.demo:  # field-equal transactions are one entry: only the forks of one record may repeat it
-            tx = self.pdf[["txid", "partition", "offset"]].drop_duplicates()
-            if tx["txid"].duplicated().any():
-                return False
-        if self.arrival:
-            # a timer of a negative time rounds up (Java's division), so it can cut into a later window
-            if self.timeline.clears_between(self.axes[0], self.axes[-1]) or self.t[0] < 0:
-                return False
-            widths = [v.window_ms for v in active if v.active]
-            if widths:
-                widest = self.timeline.widest_before(self.axes[0])
-                if widest is None or max(widths) > widest or not self.timeline.never_narrows():
-                    return False
-        return True
 
-    def fast(self) -> list[tuple[Any, ...]]:
-        """Windows as ranges of the entries (one per record, in processing order = event-time order)."""
-        record = self.part.astype(np.int64) * (1 << 40) + self.off.astype(np.int64)
-        first = np.ones(self.n, dtype=bool)
-        first[1:] = record[1:] != record[:-1]
-        entry = np.cumsum(first) - 1  # the entry of each fork
-        et = self.t[first]
-        rows: list[tuple[Any, ...]] = []
-        groups: dict[tuple[int, int, str], list[int]] = {}
-        for i in range(self.n):
-            v = self.versions[self.vidx[i]]
-            if v.active:
-                groups.setdefault((v.window_ms, v.field, v.aggregator), []).append(i)
-        firsts = np.flatnonzero(first)
-        by_field: dict[int, list[Decimal | None]] = {}
-        for (window, field, aggregator), forks in groups.items():
-            idx = np.asarray(forks)
-            lo = np.searchsorted(et, self.t[idx] - window, side="left")
-            hi = entry[idx]
-            if field not in by_field:
-                by_field[field] = [self._value(int(f), field) for f in firsts]
-            values = by_field[field]
-            results = self._windowed(aggregator, values, lo, hi)
-            for k, i in enumerate(forks):
-                v = self.versions[self.vidx[i]]
-                value = results[k]
-                if value is None:
-                    members = [x for x in values[lo[k]:hi[k] + 1] if x is not None]
-                    fail = self._fail(i, v, members)
-                    if fail is not None:
-                        return [self._row(i, None, fail)]
-                    value = self._aggregate(v, members)
-                if holds(value, v.operator, v.limit):
-                    rows.append((i, self._row(i, value)))  # type: ignore[arg-type]
-        rows.sort(key=lambda r: r[0])  # type: ignore[index]
-        return [r for _, r in rows]  # type: ignore[misc]
+def fail_message(v: Version) -> str:
+    """What the published code throws for this evaluation (compat: demo)."""
+    if v.aggregator == "AVG":
+        return f"rule {v.rule_id}: AVG would fail the published job (NullPointerException)"
+    return f"rule {v.rule_id}: MAX of a value <= 0 would fail the published job (IllegalArgumentException)"
 
-    def _windowed(self, aggregator: str, values: list[Decimal | None], lo: np.ndarray, hi: np.ndarray
-                  ) -> list[Decimal | None]:
-        """Per fork, the aggregate of values[lo..hi]; None where it must be computed one by one."""
-        if self.demo and aggregator != "SUM":
-            return [None] * len(lo)  # the checks of compat: demo look at every member
-        clean = [Decimal(0) if x is None else x for x in values]
-        if aggregator in ("SUM", "AVG"):
-            cum = [Decimal(0)]
-            for x in clean:
-                cum.append(cum[-1] + x)
-            if aggregator == "SUM":
-                return [cum[h + 1] - cum[lo_] for lo_, h in zip(lo.tolist(), hi.tolist())]
-            counts = [0]
-            for x in values:
-                counts.append(counts[-1] + (x is not None))
-            q = Decimal(1).scaleb(-AVG_PLACES)
-            return [((cum[h + 1] - cum[lo_]) / (counts[h + 1] - counts[lo_])).quantize(q, ROUND_HALF_UP)
-                    for lo_, h in zip(lo.tolist(), hi.tolist())]
-        # MIN / MAX: both ends only move forward, so a monotone deque gives each window's extreme
-        better = (lambda a, b: a >= b) if aggregator == "MAX" else (lambda a, b: a <= b)
-        out: list[Decimal | None] = []
-        window: deque[int] = deque()
-        pushed = -1
-        for lo_, h in zip(lo.tolist(), hi.tolist()):
-            while pushed < h:
-                pushed += 1
-                x = values[pushed]
-                if x is None:
-                    continue
-                while window and better(x, values[window[-1]]):  # type: ignore[arg-type]
-                    window.pop()
-                window.append(pushed)
-            while window and window[0] < lo_:
-                window.popleft()
-            out.append(values[window[0]] if window else None)
-        return out
+
+def run_partition(batches: Iterator[pd.DataFrame], versions: list[Version], timeline: Timeline, arrival: bool,
+                  demo: bool, state_key: list[str]) -> Iterator[pd.DataFrame]:
+    """mapInPandas: one Spark partition's forks, sorted by state key and processing order -> alert rows."""
+    parts = [b for b in batches if len(b)]
+    if not parts:
+        return
+    pdf = pd.concat(parts, ignore_index=True)
+    scaled = _scaled(pdf, versions)
+    if scaled is None:  # values beyond 64-bit integers: exact decimals, state by state
+        for _, group in pdf.groupby(state_key, sort=False):
+            rows = _Replay(group.reset_index(drop=True), versions, timeline, arrival, demo).exact()
+            if rows:
+                yield pd.DataFrame(rows, columns=COLUMNS)
+        return
+    found = _compiled(pdf, scaled, versions, timeline, arrival, demo, state_key)
+    if len(found):  # an empty frame of object columns does not convert to the output's Arrow types
+        yield found
+
+
+def _scaled(pdf: pd.DataFrame, versions: list[Version]) -> tuple[np.ndarray, np.ndarray, list[int],
+                                                                   np.ndarray] | None:
+    """Values as integers at one scale per field (counting rules: a last field of ones), or None."""
+    fields = sorted((c for c in pdf.columns if re.fullmatch(r"v\d+", c)), key=lambda c: int(c[1:]))
+    n = len(pdf)
+    count_field = len(fields)
+    vals = np.zeros((n, count_field + 1), dtype=np.int64)
+    valid = np.zeros((n, count_field + 1), dtype=bool)
+    scales = []
+    for j, col in enumerate(fields):
+        text = pdf[col]
+        plain_ = text.notna() & text.str.fullmatch(PLAIN).fillna(False).astype(bool)
+        if bool((text.notna() & ~plain_ & text.str.fullmatch(NUMBER.pattern).fillna(False).astype(bool)).any()):
+            return None  # a number with an exponent
+        body = text.where(plain_, "0").astype(str)
+        dot = body.str.find(".")
+        decimals = np.where(dot >= 0, body.str.len() - dot - 1, 0)
+        limits = [_decimals(v.limit) for v in versions if v.field == j]
+        scale = int(max([int(decimals.max()) if n else 0, *limits]))
+        digits = body.str.replace(".", "", regex=False).str.lstrip("+")
+        if bool((digits.str.lstrip("-").str.len() > 17).any()) or scale > 17:
+            return None
+        ints = pd.to_numeric(digits.where(digits.str.strip("-") != "", "0")).to_numpy(dtype=np.int64)
+        vals[:, j] = ints * (10 ** (scale - decimals)).astype(np.int64)
+        valid[:, j] = plain_.to_numpy()
+        scales.append(scale)
+    count_scale = max([_decimals(v.limit) for v in versions if v.field < 0] or [0])
+    vals[:, count_field] = 10 ** count_scale
+    valid[:, count_field] = True
+    scales.append(count_scale)
+    bound = 2**62 // max(n, 1)
+    if np.abs(vals).max(initial=0) >= bound:
+        return None
+    limits = np.zeros(len(versions), dtype=np.int64)
+    for i, v in enumerate(versions):
+        scaled_limit = v.limit.scaleb(scales[v.field if v.field >= 0 else count_field])
+        if abs(scaled_limit) >= bound:
+            return None
+        limits[i] = int(scaled_limit)
+    return vals, valid, scales, limits
+
+
+def _decimals(d: Decimal) -> int:
+    exp = d.normalize().as_tuple().exponent
+    return max(0, -int(exp))
+
+
+def _before(a: list[np.ndarray], point: Axis) -> np.ndarray:
+    """Forks whose axis lies after `point` (the point is before them), vectorized over (a0, a1, a2, a3)."""
+    a0, a1, a2, a3 = a
+    c0, c1, c2, c3 = point
+    return (a0 > c0) | ((a0 == c0) & ((a1 > c1) | ((a1 == c1) & ((a2 > c2) | ((a2 == c2) & (a3 > c3))))))
+
+
+def _compiled(pdf: pd.DataFrame, scaled: tuple[np.ndarray, np.ndarray, list[int], np.ndarray],
+              versions: list[Version], timeline: Timeline, arrival: bool, demo: bool,
+              state_key: list[str]) -> pd.DataFrame:
+    from backfill.ops.rules_replay import replay
+
+    vals, valid, scales, limits = scaled
+    n = len(pdf)
+    count_field = vals.shape[1] - 1
+    keys = [pdf[c].to_numpy() for c in state_key]
+    new_state = np.ones(n, dtype=bool)
+    new_state[1:] = np.logical_or.reduce([k[1:] != k[:-1] for k in keys])
+    bounds = np.append(np.flatnonzero(new_state), n).astype(np.int64)
+    part, off = pdf["partition"].to_numpy(np.int64), pdf["offset"].to_numpy(np.int64)
+    new_record = np.ones(n, dtype=bool)
+    new_record[1:] = (part[1:] != part[:-1]) | (off[1:] != off[:-1]) | new_state[1:]
+    rec = np.cumsum(new_record).astype(np.int64)
+    ident = pd.factorize(pdf["txid"])[0].astype(np.int64) if demo else rec
+    axes = [pdf[c].to_numpy(np.int64) for c in ("a0", "a1", "a2", "a3")]
+    nclear = np.zeros(n, dtype=np.int64)
+    cidx = np.zeros(n, dtype=np.int64)
+    widest_now = np.full(n, -1 if timeline.initial_widest is None else timeline.initial_widest, dtype=np.int64)
+    c_wm = np.zeros(len(timeline.widest), dtype=np.int64)
+    c_before = np.zeros(len(timeline.widest), dtype=np.int64)
+    if arrival:
+        for point in timeline.clears:
+            nclear += _before(axes, point)
+        previous = timeline.initial_widest
+        for i, (point, wm_c, after) in enumerate(timeline.widest):
+            after_it = _before(axes, point)
+            cidx += after_it
+            widest_now[after_it] = -1 if after is None else after
+            c_wm[i], c_before[i] = wm_c, -1 if previous is None else previous
+            previous = after
+    wm = pdf["wm"].to_numpy(np.int64) if "wm" in pdf.columns else np.zeros(n, dtype=np.int64)
+    v_field = np.array([v.field if v.field >= 0 else count_field for v in versions], dtype=np.int64)
+    out_alert = np.zeros(n, dtype=bool)
+    out_value = np.zeros(n, dtype=np.int64)
+    out_count = np.zeros(n, dtype=np.int64)
+    failed = replay(bounds, pdf["t"].to_numpy(np.int64), rec, ident, pdf["version"].to_numpy(np.int64), vals,
+                    valid, wm, nclear, cidx, widest_now, c_wm, c_before,
+                    np.array([v.active for v in versions], dtype=bool),
+                    np.array([v.window_ms for v in versions], dtype=np.int64), v_field,
+                    np.array([AGGREGATORS[v.aggregator] for v in versions], dtype=np.int64),
+                    np.array([OPERATORS[v.operator] for v in versions], dtype=np.int64), limits,
+                    np.array([v.resets for v in versions], dtype=bool), arrival, demo, out_alert, out_value,
+                    out_count)
+    t = pdf["t"].to_numpy(np.int64)
+    order = np.stack([axes[0], axes[2], axes[3], np.zeros(n, dtype=np.int64)]) if arrival else \
+        np.stack([t, axes[0], axes[2], axes[3]])
+    if failed >= 0:
+        hit = np.array([failed])
+        messages = [fail_message(versions[int(pdf["version"].iat[failed])])]
+        texts: list[str | None] = [None]
+    else:
+        hit = np.flatnonzero(out_alert)
+        messages = [None] * len(hit)
+        texts = []
+        q = Decimal(1).scaleb(-AVG_PLACES)
+        for i in hit.tolist():
+            v = versions[int(pdf["version"].iat[i])]
+            scale = scales[int(v_field[int(pdf["version"].iat[i])])]
+            value = Decimal(int(out_value[i])).scaleb(-scale)
+            if v.aggregator == "AVG":
+                value = (value / int(out_count[i])).quantize(q, ROUND_HALF_UP)
+            texts.append(plain(value))
+    return pd.DataFrame({"partition": part[hit].astype(np.int32), "offset": off[hit],
+                         "rule_id": pdf["rule_id"].to_numpy()[hit].astype(np.int32),
+                         "version": pdf["version"].to_numpy()[hit].astype(np.int32),
+                         "key": pdf["key"].to_numpy()[hit], "value": texts, "o0": order[0][hit],
+                         "o1": order[1][hit], "o2": order[2][hit], "o3": order[3][hit], "fail": messages})

@@ -201,12 +201,18 @@ def _run(op: RulesOperator, processed: DataFrame) -> OperatorResult:
                                                            F.col("value").cast("string").alias("text")).collect()
     tl = build_timeline([((r["a0"], 0, r["partition"], r["offset"]), r["text"]) for r in msgs], spec, op.name)
     tx = base.where(F.col("source") == spec.input).withColumn("_a0", first)
-    tx = _read_fields(tx, spec, tl)
+    # parsed once (the values are JSON text): the ledger, the watermark and the forks all read it
+    kept = ["source", "topic", "partition", "offset", "key", "ts", "_a0", "_t", "_present", "_bad", "_ok",
+            "_null_value", "_fields", *(["_v"] if spec.compat == "demo" else [])]
+    tx = _read_fields(tx, spec, tl).withColumn("_null_value", F.col("value").isNull()).select(*kept) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
     ledger = _ledger(op, base, tx, tl)
-    forks = _forks(tx.where(F.col("_ok")), tl, spec)
     timeline = Timeline()
+    live = tx.where(F.col("_ok"))
     if spec.order == "arrival":
-        forks, timeline = _with_watermark(forks, tx.where(F.col("_t").isNotNull()), tl, spec)
+        marked, timeline = _with_watermark(tx.where(F.col("_t").isNotNull()), tl, spec)
+        live = marked.where(F.col("_ok"))
+    forks = _forks(live, tl, spec)
     versions = [_kernel_version(v, tl) for v in tl.versions]
     arrival, demo = spec.order == "arrival", spec.compat == "demo"
     state_key = ["key"] if demo else ["rule_id", "key"]
@@ -224,8 +230,8 @@ def _run(op: RulesOperator, processed: DataFrame) -> OperatorResult:
         found.unpersist()
         raise WouldFail(f"operators.{op.name}: compat: demo: {f['fail']} at {spec.input} partition "
                         f"{f['partition']} offset {f['offset']}; use compat: intended to compute it as intended")
-    alerts = _alerts(found, tx, tl)
-    return OperatorResult(output=alerts, ledger=ledger, range_column="ts", cached=(found,))
+    alerts = _alerts(found, base.where(F.col("source") == spec.input), tl)
+    return OperatorResult(output=alerts, ledger=ledger, range_column="ts", cached=(found, tx))
 
 
 def _read_fields(tx: DataFrame, spec: RulesSpec, tl: RuleTimeline) -> DataFrame:
@@ -283,7 +289,8 @@ def _forks(tx: DataFrame, tl: RuleTimeline, spec: RulesSpec) -> DataFrame:
     """One row per (transaction, rule version present): the grouping-key string and the values."""
     fields = list(dict.fromkeys([*tl.key_fields, *tl.aggregate_fields]))
     col_of = {name: F.col("_fields")[i] for i, name in enumerate(fields)}
-    forks = tx.select("partition", "offset", "_a0", "_t", "_v", "_fields", F.explode("_present").alias("version"))
+    carried = [c for c in ("_v", "wm") if c in tx.columns]
+    forks = tx.select("partition", "offset", "_a0", "_t", "_fields", *carried, F.explode("_present").alias("version"))
     by_keys: dict[tuple[str, ...], list[int]] = {}
     for i, rule in enumerate(tl.versions):
         by_keys.setdefault(rule.keys, []).append(i)
@@ -299,7 +306,8 @@ def _forks(tx: DataFrame, tl: RuleTimeline, spec: RulesSpec) -> DataFrame:
     return forks.select(
         key.alias("key"), rule_id.alias("rule_id"), F.col("version").cast("int").alias("version"),
         F.col("_a0").cast("bigint").alias("a0"), F.lit(1).alias("a1"), F.col("partition").cast("int").alias("a2"),
-        F.col("offset").alias("a3"), F.col("_t").alias("t"), "partition", "offset", *values, txid.alias("txid"))
+        F.col("offset").alias("a3"), F.col("_t").alias("t"), "partition", "offset", *values, txid.alias("txid"),
+        *(["wm"] if "wm" in carried else []))
 
 
 def _kernel_version(rule: Rule, tl: RuleTimeline) -> Version:
@@ -311,13 +319,13 @@ def _kernel_version(rule: Rule, tl: RuleTimeline) -> Version:
                    resets=rule.resets)
 
 
-def _with_watermark(forks: DataFrame, tx: DataFrame, tl: RuleTimeline, spec: RulesSpec
-                    ) -> tuple[DataFrame, Timeline]:
-    """The live job's watermark when each transaction was processed, and the timeline events with theirs.
+def _with_watermark(tx: DataFrame, tl: RuleTimeline, spec: RulesSpec) -> tuple[DataFrame, Timeline]:
+    """The live job's watermark when each transaction was processed (`wm`), and the timeline events with theirs.
 
     wm = (largest event time of the transactions before it) - out_of_orderness once a rule message has
     arrived (before, the rule stream holds the combined watermark at Long.MIN_VALUE); computed as a running
-    max within buckets of the arrival axis plus the maxima of the earlier buckets.
+    max within buckets of the arrival axis plus the maxima of the earlier buckets (`tx`: every transaction
+    with an event time, forked or not: they all move the watermark).
     """
     ooo = spec.out_of_orderness
     axis = _axis_col("_a0", 1)
@@ -336,22 +344,20 @@ def _with_watermark(forks: DataFrame, tx: DataFrame, tl: RuleTimeline, spec: Rul
                         widest=tuple((a, gated(a, stats[f"c{k}"]), w) for k, (a, w) in enumerate(changes)),
                         initial_widest=tl.initial_widest)
     if stats["lo"] is None:
-        return forks.withColumn("wm", F.lit(JAVA_MIN)), timeline
+        return tx.withColumn("wm", F.lit(JAVA_MIN)), timeline
     lo, hi = int(stats["lo"]), int(stats["hi"])
     width = max(1, math.ceil((hi - lo + 1) / BUCKETS))
-    bucket = F.floor((F.col("a0") - F.lit(lo)) / F.lit(width)).cast("int")
-    maxima = {r["b"]: r["m"] for r in tx.groupBy(F.floor((F.col("_a0") - F.lit(lo)) / F.lit(width)).cast("int").alias("b"))
-              .agg(F.max("_t").alias("m")).collect()}
+    bucket = F.floor((F.col("_a0") - F.lit(lo)) / F.lit(width)).cast("int")
+    maxima = {r["b"]: r["m"] for r in tx.groupBy(bucket.alias("b")).agg(F.max("_t").alias("m")).collect()}
     earlier, best = {}, None
     for b in range(max(maxima) + 1):
         earlier[b] = best
         if maxima.get(b) is not None:
             best = maxima[b] if best is None else max(best, maxima[b])
-    # the running max is over transactions (one row each), not forks
-    tx_rows = tx.select(F.col("_a0").cast("bigint").alias("a0"), F.col("partition").cast("int").alias("a2"),
-                        F.col("offset").alias("a3"), F.col("_t").alias("t"))
-    within = F.max("t").over(Window.partitionBy(bucket).orderBy("a0", "a2", "a3")
-                             .rowsBetween(Window.unboundedPreceding, -1))
+    # transactions without a fork still move the watermark: the running max is over all of them (one row per
+    # transaction, before the forks)
+    within = F.max("_t").over(Window.partitionBy(bucket).orderBy("_a0", "partition", "offset")
+                              .rowsBetween(Window.unboundedPreceding, -1))
     prior = F.element_at(F.create_map(*[F.lit(x) for b, m in earlier.items() if m is not None for x in (b, m)]),
                          bucket) if any(m is not None for m in earlier.values()) else F.lit(None).cast("bigint")
     max_before = F.greatest(within, prior)
@@ -361,11 +367,9 @@ def _with_watermark(forks: DataFrame, tx: DataFrame, tl: RuleTimeline, spec: Rul
     elif first_rule is None:
         gate = F.lit(False)
     else:
-        gate = F.struct(F.col("a0").alias("a0"), F.lit(1).alias("a1"), F.col("a2").alias("a2"),
-                        F.col("a3").alias("a3")) > _axis_lit(first_rule)
+        gate = axis > _axis_lit(first_rule)
     wm = F.when(gate & max_before.isNotNull(), max_before - F.lit(ooo)).otherwise(F.lit(JAVA_MIN))
-    marks = tx_rows.select("a2", "a3", wm.alias("wm"))
-    return forks.join(marks, ["a2", "a3"]), timeline
+    return tx.withColumn("wm", wm), timeline
 
 
 def _alerts(found: DataFrame, tx: DataFrame, tl: RuleTimeline) -> DataFrame:
@@ -382,7 +386,7 @@ def _alerts(found: DataFrame, tx: DataFrame, tl: RuleTimeline) -> DataFrame:
 def _ledger(op: RulesOperator, base: DataFrame, tx: DataFrame, tl: RuleTimeline) -> DataFrame:
     """Transactions no rule could see or read, and rule messages the live job would drop."""
     spec = op.rules
-    reason = (F.when(F.col("value").isNull(), F.lit("null_value"))
+    reason = (F.when(F.col("_null_value"), F.lit("null_value"))
               .when(F.col("_t").isNull(), F.lit("invalid_timestamp"))
               .when(F.size("_present") == 0, F.lit("no_rule")).otherwise(F.lit("invalid_field")))
     ids = F.array(*[F.lit(r.rule_id) for r in tl.versions]) if tl.versions else F.array().cast("array<int>")
@@ -390,7 +394,7 @@ def _ledger(op: RulesOperator, base: DataFrame, tx: DataFrame, tl: RuleTimeline)
     # the rule with the lowest id that cannot read it (the live job forks in that order)
     first_bad = F.array_min(F.transform("_bad", lambda i: F.struct(F.element_at(ids, i + 1).alias("id"),
                                                                    F.element_at(names, i + 1).alias("field"))))
-    detail = (F.when(F.col("value").isNull(), F.lit(None))
+    detail = (F.when(F.col("_null_value"), F.lit(None))
               .when(F.col("_t").isNull(), F.lit(f"event_time {spec.event_time} is not epoch milliseconds"))
               .when(F.size("_present") == 0, F.lit(None))
               .otherwise(F.concat(F.lit("rule "), first_bad["id"].cast("string"), F.lit(": "), first_bad["field"],

@@ -59,4 +59,5 @@ def test_a_different_watermark_is_caught(tmp_path: Path, monkeypatch) -> None:
     [(_, r)] = flink.run_rules(150, SEED, ("reference",), None, tmp_path, tmp_path / "failures")
     assert 0 < len(r.differences) < 150
     repro = Path(r.differences[0].repro)
-    assert (repro / "job.yaml").exists() and json.loads((repro / "difference.json").read_text())["engine"] == "reference"
+    assert (repro / "job.yaml").exists()
+    assert json.loads((repro / "difference.json").read_text())["engine"] == "reference"

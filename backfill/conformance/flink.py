@@ -57,7 +57,8 @@ def _rule(rng: random.Random, demo: bool) -> dict[str, Any]:
     return {"ruleId": rng.randint(1, 3), "ruleState": state, "groupingKeyNames": rng.sample(KEYS, rng.randint(0, 2)),
             "unique": [], "aggregateFieldName": rng.choice(["paymentAmount"] * 3 + ["COUNT_FLINK",
                                                                                     "COUNT_WITH_RESET_FLINK"]),
-            "aggregatorFunctionType": rng.choice(["SUM", "SUM", "MIN"] if demo else ["SUM", "SUM", "MIN", "MAX", "AVG"]),
+            "aggregatorFunctionType": rng.choice(["SUM", "SUM", "MIN"] if demo
+                                                 else ["SUM", "SUM", "MIN", "MAX", "AVG"]),
             "limitOperatorType": OPS[rng.choice(list(OPS))], "limit": rng.choice(["1", "2", "3", "4.5", "6", "9"]),
             "windowMinutes": rng.choice([0, 1, 2, 4])}
 
@@ -137,9 +138,9 @@ def encode(scenarios: list[RulesScenario]) -> str:
                     out.append(f"C\t{sc.id}\t{r['controlType']}")
                     continue
                 window = r["windowMinutes"] * 60_000
-                out.append("\t".join(["R", str(sc.id), str(r["ruleId"]), r["ruleState"], ",".join(r["groupingKeyNames"]),
-                                      r["aggregateFieldName"], r["aggregatorFunctionType"], r["limitOperatorType"],
-                                      r["limit"], str(window)]))
+                out.append("\t".join(["R", str(sc.id), str(r["ruleId"]), r["ruleState"],
+                                      ",".join(r["groupingKeyNames"]), r["aggregateFieldName"],
+                                      r["aggregatorFunctionType"], r["limitOperatorType"], r["limit"], str(window)]))
                 continue
             fields = [f"{n}={body[n]}" for n in names]
             txid = json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -74,10 +74,12 @@ def backtest_summary(work: Path) -> dict[str, Any]:
     changed = sorted(k for k in set(live) & set(test) if live[k]["value"] != test[k]["value"])
     return {"live_alerts": len(live), "backtest_alerts": len(test), "more": len(more), "fewer": len(fewer),
             "same_alert_other_value": len(changed),
-            "more_examples": [{"rule_id": k[0], "transactionId": k[1], "value": test[k]["value"], "key": test[k]["key"]}
-                              for k in more[:5]],
-            "fewer_examples": [{"rule_id": k[0], "transactionId": k[1], "value": live[k]["value"], "key": live[k]["key"]}
-                               for k in fewer[:5]]}
+            "more_examples": [_example(k, test[k]) for k in more[:5]],
+            "fewer_examples": [_example(k, live[k]) for k in fewer[:5]]}
+
+
+def _example(k: tuple[int, int], row: dict[str, Any]) -> dict[str, Any]:
+    return {"rule_id": k[0], "transactionId": k[1], "value": row["value"], "key": row["key"]}
 
 
 def explain_backtest(out: Console, summary: dict[str, Any], live_summary: dict[str, Any]) -> None:

@@ -135,7 +135,8 @@ def _from_json(text: str) -> Rule:
                 unique=_list(raw.get("unique"), "unique"), field=raw.get("aggregateFieldName"),
                 aggregator=_enum(agg, AGGREGATORS, "aggregatorFunctionType"),
                 operator=_enum(op, tuple(OPERATORS.values()), "limitOperatorType"),
-                limit=_decimal(raw.get("limit"), "limit"), window_minutes=_int(raw.get("windowMinutes"), "windowMinutes"),
+                limit=_decimal(raw.get("limit"), "limit"),
+                window_minutes=_int(raw.get("windowMinutes"), "windowMinutes"),
                 control=_enum(raw.get("controlType"), CONTROLS, "controlType"))
 
 

@@ -259,7 +259,8 @@ def _read_fields(tx: DataFrame, spec: RulesSpec, tl: RuleTimeline) -> DataFrame:
                               lambda b: b["i"])
         present = F.array_sort(present)
     tx = tx.withColumn("_present", present)
-    numeric = {name: F.coalesce(F.col(col_of[name]).rlike(NUMBER.pattern), F.lit(False)) for name in tl.aggregate_fields}
+    numeric = {name: F.coalesce(F.col(col_of[name]).rlike(NUMBER.pattern), F.lit(False))
+               for name in tl.aggregate_fields}
     ok = F.array(*[F.lit(True) if r.counts or not r.field else numeric[r.field] for r in tl.versions]) \
         if tl.versions else F.array().cast("array<boolean>")
     tx = tx.withColumn("_bad", F.filter("_present", lambda i: ~F.element_at(ok, i + 1)))

@@ -335,6 +335,9 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
 def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or path@version.", show_default=False)],
          new: Annotated[str, typer.Argument(help="The new output: table path, or path@version.", show_default=False)],
          on: Annotated[list[str], typer.Option("--on", help="Key columns (comma-separated or repeated).")],
+         columns: Annotated[Optional[list[str]], typer.Option(
+             "--columns", help="Compare only these columns (comma-separated or repeated; default: every column "
+                               "both have, keys and bookkeeping aside).")] = None,
          tolerance: ToleranceOpt = None, report: ReportOpt = None, profile: ProfileOpt = None,
          as_json: JsonOpt = False, junit: JunitOpt = None) -> None:
     """Compare two outputs by key (reprocessing after a logic change): same comparison and report, no causes."""
@@ -348,7 +351,7 @@ def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or
 
         with _status("comparing", as_json) as progress:
             outcome = diff_tables(get_spark(profile), old, new, keys, parse_tolerances(tolerance or []), folder,
-                                  progress)
+                                  progress, only=[c for item in columns or [] for c in item.split(",") if c])
         _finish(outcome, as_json, junit)
 
 

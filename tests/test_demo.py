@@ -150,6 +150,16 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
         [(r["emit_seq"], r["rule_id"], r["key"], r["value"], r["ts"]) for r in ref]
     backtest = DeltaTable(str(work / "data/gold/alerts_backtest")).to_pyarrow_table().num_rows
     assert backtest > len(alerts)  # a lower limit alerts more
+    # the back-test as the demo tells a user to compare it: more and fewer alerts, and changed values
+    done = subprocess.run([sys.executable, "-m", "backfill.cli", "diff", str(work / "data/gold/alerts"),
+                           str(work / "data/gold/alerts_backtest"), "--on", "rule_id,transaction", "--columns", "value",
+                           "--json", "--report", str(tmp_path / "diff")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-2000:]  # differences
+    counts = json.loads(done.stdout)["counts"]
+    assert counts["extra_in_new"] > 0 and counts["match"] > 0
+    assert counts["match"] + counts["mismatch"] + counts["missing_in_new"] == len(alerts)
+    assert counts["match"] + counts["mismatch"] + counts["extra_in_new"] == backtest
 
 
 def _partition_of(records: list[dict[str, Any]], key: str) -> int:

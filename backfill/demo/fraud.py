@@ -103,4 +103,4 @@ def explain_backtest(out: Console, summary: dict[str, Any], live_summary: dict[s
             out.print(f"  {what}: rule {ex['rule_id']} on transaction {ex['transactionId']} {ex['key']} "
                       f"value {ex['value']}", highlight=False)
     out.print("Compare them yourself, with a report: [bold]backfill diff demo-output/data/gold/alerts "
-              "demo-output/data/gold/alerts_backtest --on rule_id,transaction[/]", highlight=False)
+              "demo-output/data/gold/alerts_backtest --on rule_id,transaction --columns value[/]", highlight=False)

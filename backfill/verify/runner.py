@@ -443,8 +443,10 @@ def _suite(df: DataFrame, checks: list[Any], name: str, target: str) -> dict[str
 
 
 def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], tolerances: dict[str, Tolerance],
-                report_dir: Path, progress: Progress = lambda _: None) -> Outcome:
-    """Compare two outputs keyed by `on` (reprocessing after a logic change): no causes, same report."""
+                report_dir: Path, progress: Progress = lambda _: None, only: list[str] | None = None) -> Outcome:
+    """Compare two outputs keyed by `on` (reprocessing after a logic change): no causes, same report.
+
+    `only`: the columns to compare (default: every column both have, keys and bookkeeping aside)."""
     started, stamp = time.time(), dt.datetime.now(dt.timezone.utc).isoformat()
     old_ref, new_ref = parse_ref(old), parse_ref(new)
     progress(f"reading {old_ref} and {new_ref}")
@@ -455,6 +457,10 @@ def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], toleranc
     for what, df in (("OLD", left), ("NEW", right)):
         require_columns(df, keys, f"{what} {old_ref if what == 'OLD' else new_ref}", "check --on")
     columns = tuple(c for c in left.columns if c in right.columns and c not in keys and c not in BOOKKEEPING)
+    if only:
+        for what, df in (("OLD", left), ("NEW", right)):
+            require_columns(df, tuple(only), f"{what} {old_ref if what == 'OLD' else new_ref}", "check --columns")
+        columns = tuple(c for c in only if c not in keys)
     ordered = "emit_seq" in left.columns and "emit_seq" in right.columns and "emit_seq" not in keys
     cmp = Comparison(keys=keys, columns=columns, tolerances=tolerances, left="old", right="new",
                      left_order=("emit_seq",) if ordered else (), right_order=("emit_seq",) if ordered else (),

@@ -143,7 +143,8 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
     kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary))).where(F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
-                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators])
+                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators
+                         if op.stream_time_columns()])  # a rules operator has no stream time
 
 
 def _release(checkpointed: DataFrame) -> None:

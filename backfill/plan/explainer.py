@@ -24,14 +24,17 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 def _range_column(plan: Plan) -> str:
     """What --start/--end select: window starts of aggregates, timestamps of join rows."""
-    kinds = {o.kind for o in plan.operators}
-    return {frozenset({"join"}): "timestamp", frozenset({"aggregate"}): "window start"}.get(
-        frozenset(kinds), "window start (aggregates) or timestamp (joins)")
+    kinds = {"aggregate" if o.range_column == "window_start" else o.kind for o in plan.operators}
+    return {frozenset({"join"}): "timestamp", frozenset({"aggregate"}): "window start",
+            frozenset({"rules"}): "timestamp of the alert's transaction"}.get(
+        frozenset(kinds), "window start (aggregates) or timestamp (joins, alerts)")
 
 
 def explain(plan: Plan) -> str:
     """A few lines a person reads before running: inputs, range, operators, warm-up and cool-down."""
+    flink = all(o.kind == "rules" for o in plan.operators)
     lines = [f"job {plan.job.spec.name} ({plan.job.path})",
+             "rules: Flink's fraud-detection pattern (lookback rules, docs/semantics.md section 12)" if flink else
              f"rules: Kafka Streams {plan.kafka_streams}"
              + (" (the default; set kafka_streams: to the version the application runs)"
                 if plan.job.spec.kafka_streams is None else ""),
@@ -43,12 +46,15 @@ def explain(plan: Plan) -> str:
         if s.read_until is not None:
             bounds += f"{'' if bounds else '; event time'} until the first record per partition at/after " \
                       f"{instant(s.read_until)}"
+        order = s.order if not flink else "arrival by " + ("its recorded order (seq)" if s.spec is not None and
+                                                         s.spec.order_by else "the record timestamp")
         lines.append(f"source {s.name}: {s.format} {s.location}; timestamp = {s.timestamp} "
-                     f"(invalid: {s.on_invalid}); order = {s.order}{bounds}")
+                     f"(invalid: {s.on_invalid}); order = {order}{bounds}")
     for o in plan.operators:
         state = "" if o.implemented else f"  [NOT IMPLEMENTED: {o.not_implemented_reason}]"
         lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; "
-                     f"tasks = input partitions -> {o.sink or '(no sink: counted only)'}{state}")
+                     + ("per state key" if o.kind == "rules" else "tasks = input partitions")
+                     + f" -> {o.sink or '(no sink: counted only)'}{state}")
         lines.extend(f"  {why}" for why in o.why)
     lines.append(f"ledger -> {plan.ledger_sink or '(no _ledger sink: counted only)'}; runs -> {plan.runs_sink}")
     lines.extend(f"note: {n}" for n in plan.notes)

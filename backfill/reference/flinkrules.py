@@ -21,6 +21,7 @@ from typing import Any
 from backfill.errors import SourceError
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rulemessages import Rule, RuleMessageError, parse_rule
+from backfill.reference.records import json_object, json_text, ledger_row, plain
 
 JAVA_MIN = -2**63
 NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -56,8 +57,6 @@ class State:
 def run_rules(op: OperatorSpec, txs: list[dict[str, Any]], rule_recs: list[dict[str, Any]], given_order: bool,
               result: Any) -> None:
     """Replay the operator; alerts go to result.outputs[op.name], ledger rows to result.ledger."""
-    from backfill.reference.records import ledger_row
-
     spec = op.rules
     assert spec is not None
     events = []
@@ -95,23 +94,6 @@ def _axis(rec: dict[str, Any], kind: int, given_order: bool) -> tuple[Any, ...]:
     return (first, kind, rec["partition"], rec["offset"])
 
 
-def json_object(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict):
-        return value
-    if not isinstance(value, str):
-        return None
-    try:
-        doc = json.loads(value, parse_float=_number, parse_int=int)
-    except json.JSONDecodeError:
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _number(text: str) -> Any:
-    """JSON numbers with a fraction are exact decimals; in exponent notation they are doubles (as Spark reads)."""
-    return float(text) if "e" in text.lower() else Decimal(text)
-
-
 def _long(raw: Any) -> int | None:
     if isinstance(raw, bool):
         return None
@@ -134,23 +116,6 @@ def text_of(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json_text(value)
     return str(value)
-
-
-def plain(d: Decimal) -> str:
-    """A decimal in its shortest plain form: no exponent, no trailing zeros."""
-    out = format(d.normalize(), "f")
-    return "0" if out in ("-0", "0") else out
-
-
-def json_text(value: Any) -> str:
-    """Compact JSON with sorted keys and exact numbers (as Spark's to_json of a parsed value)."""
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k)}:{json_text(v)}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(json_text(v) for v in value) + "]"
-    if isinstance(value, Decimal):
-        return plain(value)
-    return json.dumps(value)
 
 
 def amount(value: Any) -> Decimal | None:
@@ -214,8 +179,6 @@ class _Engine:
 
     # ---------------------------------------------------------------- transactions
     def transaction(self, ev: Event) -> None:
-        from backfill.reference.records import ledger_row
-
         rec = ev.rec
         if ev.doc is None or ev.t is None:
             reason, detail = ("null_value", None) if ev.doc is None else (
@@ -226,10 +189,11 @@ class _Engine:
         if self.final:  # the final rule set, for every transaction: known only at the end
             self.pending.append((ev.axis, {"ev": ev}, None))  # type: ignore[arg-type]
             return
+        # every transaction with an event time moves the watermark, forked or not (the extractor comes first)
+        self.max_t = ev.t if self.max_t is None else max(self.max_t, ev.t)
         forks = [self.rules[i] for i in sorted(self.rules)]
         if not self._check(ev, forks):
             return
-        self.max_t = ev.t if self.max_t is None else max(self.max_t, ev.t)
         for rule in forks:
             if self.arrival:
                 self._process(ev, rule)
@@ -238,8 +202,6 @@ class _Engine:
 
     def _check(self, ev: Event, forks: list[Rule]) -> bool:
         """A transaction no rule sees, or whose aggregated field is not a number, goes to the ledger."""
-        from backfill.reference.records import ledger_row
-
         rec = ev.rec
         if not forks:
             self.result.ledger.append(ledger_row(rec, self.op.name, "no_rule", rec["ts"], None, None,
@@ -263,6 +225,17 @@ class _Engine:
             for rule in rules.values():  # type: ignore[union-attr]
                 if rule.state == "ACTIVE" and (self.widest is None or rule.window_ms > self.widest.window_ms):
                     self.widest = rule
+        if self.arrival and rules is not None:  # final rules, arrival order: replay with the watermark as it was
+            self.max_t, self.wm, self.rules_seen = None, JAVA_MIN, True
+            chosen = [rules[i] for i in sorted(rules)]
+            for _, holder, _ in sorted(self.pending, key=lambda p: p[0]):
+                ev = holder["ev"]
+                self.max_t = ev.t if self.max_t is None else max(self.max_t, ev.t)
+                if self._check(ev, chosen):
+                    for rule in chosen:
+                        self._process(ev, rule)
+                self.after_event()
+            return
         for axis, holder, rule in self.pending:
             ev = holder["ev"]
             if rules is not None:
@@ -272,16 +245,6 @@ class _Engine:
                 forks += [(axis, ev, r) for r in chosen]
             else:
                 forks.append((axis, ev, rule))
-        if self.arrival:  # final rules, arrival order: replay with the watermark as it was
-            self.max_t, self.wm, self.rules_seen = None, JAVA_MIN, True
-            last = None
-            for axis, ev, rule in sorted(forks, key=lambda f: (f[0], f[2].rule_id)):
-                if last is not None and axis != last:
-                    self.after_event()
-                self.max_t = ev.t if self.max_t is None else max(self.max_t, ev.t)
-                self._process(ev, rule)
-                last = axis
-            return
         for axis, ev, rule in sorted(forks, key=lambda f: (f[1].t, f[0], f[2].rule_id)):
             self._process(ev, rule)
 

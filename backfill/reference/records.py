@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from decimal import Decimal
 from typing import Any
 
 from backfill.errors import SourceError
@@ -25,8 +26,6 @@ def read_records(job: Job, name: str, raw_json: bool = False) -> list[dict[str, 
     schema = _schema_fields(job, spec)
     records = [_canonical(row, spec, name, schema, raw_json) for row in rows]
     if raw_json and job.spec.sources[name].value.format == "json":
-        from backfill.reference.flinkrules import json_object
-
         for rec in records:
             if rec["_problem"] is None and rec["value"] is not None and json_object(rec["value"]) is None:
                 rec["_problem"] = "unreadable value: not a JSON object"
@@ -200,8 +199,6 @@ def _value(raw: Any, spec: SourceSpec, schema: dict[str, str] | None, raw_json: 
     if isinstance(raw, bytes):
         raw = raw.decode()
     if raw_json:
-        from backfill.reference.flinkrules import json_text
-
         return (raw if isinstance(raw, str) else json_text(raw)), None
     if spec.value.format == "string":
         return (raw if isinstance(raw, str) else json.dumps(raw, separators=(",", ":"))), None
@@ -243,3 +240,40 @@ def ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp
             "timestamp": timestamp, "operator": operator, "reason": reason, "detail": detail,
             "stream_time": stream_time, "window_start": window[0] if window else None,
             "window_end": window[1] if window else None, "range_time": range_time}
+
+
+# ------------------------------------------------------------------ JSON values read exactly (rules operators)
+def json_object(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        doc = json.loads(value, parse_float=_exact_number, parse_int=int)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _number(text: str) -> Any:
+    """JSON numbers with a fraction are exact decimals; in exponent notation they are doubles (as Spark reads)."""
+    return float(text) if "e" in text.lower() else Decimal(text)
+
+
+def plain(d: Decimal) -> str:
+    """A decimal in its shortest plain form: no exponent, no trailing zeros."""
+    out = format(d.normalize(), "f")
+    return "0" if out in ("-0", "0") else out
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON with sorted keys and exact numbers (as Spark's to_json of a parsed value)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{json_text(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(json_text(v) for v in value) + "]"
+    if isinstance(value, Decimal):
+        return plain(value)
+    return json.dumps(value)
+
+

@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from aggregate_bench import PeakRSS, gb, machine  # noqa: E402
+from window_bench import run_exact  # noqa: E402
 
 BIG = 10_000_000
 RULES = [
@@ -122,19 +123,6 @@ sinks:
   alerts: {{format: parquet, path: {os.path.relpath(out / order, jobs)}}}
 """)
     return path
-
-
-def run_exact(spark: Any, job: Path) -> dict[str, Any]:
-    from backfill.jobspec.load import load_job
-    from backfill.plan import evaluator
-    from backfill.plan.builder import build_plan
-
-    with PeakRSS() as mem:
-        t = time.perf_counter()
-        summary = evaluator.run_plan(build_plan(load_job(job), None, None), spark, lambda _: None).to_dict()
-        seconds = time.perf_counter() - t
-    op = summary["operators"]["alerts"]
-    return {"seconds": round(seconds, 3), "outputs": op["outputs"], "dropped": op["dropped"], **mem.to_dict()}
 
 
 def run_plain(spark: Any, tx: Path, out: Path, timeout_s: float) -> dict[str, Any]:
@@ -228,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[variant].append(res)
                     continue
             else:
-                res = run_exact(spark, write_job(run_dir / "jobs", variant, tx, rules, run_dir / "out"))
+                res = run_exact(spark, write_job(run_dir / "jobs", variant, tx, rules, run_dir / "out"), "alerts")
             runs[variant].append(res)
             print(f"  {variant:10s} rep {r}: {res['seconds']:8.2f} s  {args.records / res['seconds']:>10,.0f} "
                   f"transactions/s  peak {gb(res['peak_rss_bytes'])}  alerts {res['outputs']:,}", flush=True)

@@ -68,7 +68,8 @@ sinks:
     return path
 
 
-def run_exact(spark: Any, job: Path) -> dict[str, Any]:
+def run_exact(spark: Any, job: Path, operator: str = "w") -> dict[str, Any]:
+    """`run_plan` of a one-operator job, timed, with its operator's counts (rules_bench.py uses it too)."""
     from backfill.jobspec.load import load_job
     from backfill.plan import evaluator
     from backfill.plan.builder import build_plan
@@ -77,7 +78,7 @@ def run_exact(spark: Any, job: Path) -> dict[str, Any]:
         t = time.perf_counter()
         summary = evaluator.run_plan(build_plan(load_job(job), None, None), spark, lambda _: None).to_dict()
         seconds = time.perf_counter() - t
-    op = summary["operators"]["w"]
+    op = summary["operators"][operator]
     return {"seconds": round(seconds, 3), "outputs": op["outputs"], "incomplete": op["incomplete_windows"],
             "dropped": op["dropped"], **mem.to_dict()}
 

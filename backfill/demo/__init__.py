@@ -179,9 +179,9 @@ def install_job(work: Path) -> Path:
 
 def _read_delta(path: Path) -> pa.Table:
     """A small Delta table, whole (the ledger)."""
-    from deltalake import DeltaTable
+    from backfill.io.delta import arrow_table
 
-    return DeltaTable(str(path)).to_pyarrow_table()
+    return arrow_table(str(path))
 
 
 def _windows(job: Path) -> dict[str, WindowSpec]:

@@ -60,9 +60,9 @@ def generate_payments(folder: Path, n: int = 6000, seed: int = 11) -> dict[str, 
 
 
 def _alerts(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    from deltalake import DeltaTable
+    from backfill.io.delta import arrow_table
 
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    rows = arrow_table(str(path)).to_pylist()
     return {(r["rule_id"], json.loads(r["transaction"])["transactionId"]): r for r in rows}
 
 

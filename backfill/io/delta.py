@@ -76,9 +76,31 @@ def read_delta(spark: SparkSession, path: str, version: int | None = None, times
         raise SourceError(f"{path}: cannot read this snapshot ({_first_line(exc)})") from None
 
 
-def append_delta(spark: SparkSession, df: DataFrame, path: str, metadata: dict[str, str] | None = None) -> int:
-    """Append rows in one commit (creating the table); returns the new version."""
+def arrow_table(path: str, columns: list[str] | None = None, version: int | None = None,
+                filter: Any = None) -> Any:  # noqa: A002 - pyarrow's own name for it
+    """A (small) Delta table read into the driver as a pyarrow Table, without Spark.
+
+    A local table's files are read through pyarrow's own local filesystem: through the deltalake package's
+    filesystem bridge, the interpreter aborted at exit about every other time (`terminate called without an
+    active exception`, exit 134), whatever the command had done.
+    """
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable as Log
+
+    table = Log(path, version=version)
+    local = "://" not in path or path.startswith("file://")
+    root = path[len("file://"):] if path.startswith("file://") else os.path.abspath(path)
+    dataset = table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())) if local \
+        else table.to_pyarrow_dataset()
+    return dataset.to_table(columns=columns, filter=filter)
+
+
+def append_delta(spark: SparkSession, df: DataFrame, path: str, metadata: dict[str, str] | None = None,
+                 merge_schema: bool = False) -> int:
+    """Append rows in one commit (creating the table; `merge_schema`: adding new columns); returns the new version."""
     writer = df.write.format("delta").mode("append")
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     if metadata:
         writer = writer.option("userMetadata", json.dumps(metadata, sort_keys=True))
     try:
@@ -126,7 +148,7 @@ def stage_rows(spark: SparkSession, df: DataFrame, path: str, staging: str, *, c
 
 
 def commit_rows(spark: SparkSession, staging: str, path: str, *, column: str, start: int | None, end: int | None,
-                metadata: dict[str, str] | None = None) -> PublishResult:
+                metadata: dict[str, str] | None = None, rows: int | None = None) -> PublishResult:
     """The one commit replacing the range by the staged rows; a second call for the same run is a no-op.
 
     Idempotent by the commit's metadata: when the table already has a commit of this run and output (a
@@ -137,7 +159,7 @@ def commit_rows(spark: SparkSession, staging: str, path: str, *, column: str, st
         return done
     staged = spark.read.parquet(staging)
     _commit(staged, path, _range_sql(column, start, end), metadata)
-    return _result(spark, path, staged.count())
+    return _result(spark, path, staged.count() if rows is None else rows)
 
 
 def _committed(spark: SparkSession, path: str, metadata: dict[str, str] | None) -> PublishResult | None:
@@ -178,7 +200,9 @@ def _check_column(df: DataFrame, path: str, column: str) -> None:
 
 def _check_schema(spark: SparkSession, path: str, schema: T.StructType) -> None:
     """The table must have the columns this run writes (a range replace cannot change the schema)."""
-    found = spark.read.format("delta").load(path).columns
+    from deltalake import DeltaTable as Log
+
+    found = [f.name for f in Log(path).schema().fields]
     if sorted(found) != sorted(schema.names):
         raise PublishError(f"{path}: the table has the columns {', '.join(found)}, this run writes "
                            f"{', '.join(schema.names)}; write to a new table, or delete this one and run without "
@@ -206,13 +230,13 @@ def _result(spark: SparkSession, path: str, rows: int) -> PublishResult:
                          get("numRemovedFiles"), get("numCopiedRows"))
 
 
-def history(spark: SparkSession, path: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The newest `limit` commits of a table (version, operation, metrics, userMetadata)."""
-    from delta.tables import DeltaTable
+def history(spark: SparkSession | None, path: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest `limit` commits of a table, newest first (version, timestamp in epoch ms, operation,
+    operationMetrics, userMetadata); read from the log directly (milliseconds, no Spark job)."""
+    from deltalake import DeltaTable as Log
 
-    rows = DeltaTable.forPath(spark, path).history(limit).select(
-        "version", "timestamp", "operation", "operationMetrics", "userMetadata").collect()
-    return [r.asDict() for r in rows]
+    keys = ("version", "timestamp", "operation", "operationMetrics", "userMetadata")
+    return [{k: commit.get(k) for k in keys} for commit in Log(path).history(limit)]
 
 
 def vacuum(spark: SparkSession, path: str, retain_hours: float = 168.0) -> int:

@@ -102,7 +102,7 @@ def commit_staged(spark: SparkSession, staged: Staged) -> dict[str, Any]:
         from backfill.io.delta import commit_rows
 
         result = commit_rows(spark, staged.folder, staged.path, column=staged.column, start=staged.start,
-                             end=staged.end, metadata=staged.metadata)
+                             end=staged.end, metadata=staged.metadata, rows=staged.rows)
         out.update(version=result.version, files_added=result.files_added, files_removed=result.files_removed)
     elif os.path.exists(staged.folder):  # gone: the swap already happened (a journal being rolled forward)
         _swap(staged.folder, staged.path, single_file=staged.format == "jsonl" and staged.path.endswith(".jsonl"))

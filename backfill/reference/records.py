@@ -40,9 +40,12 @@ def _raw_rows(spec: SourceSpec, location: str, name: str, exact: bool = False) -
 
         table = pq.read_table(location)
     else:
+        import pyarrow.fs as pafs
         from deltalake import DeltaTable
 
-        table = DeltaTable(location, version=spec.version).to_pyarrow_table()
+        # pyarrow's local filesystem: through deltalake's own bridge the interpreter may abort at exit
+        local = pafs.SubTreeFileSystem(os.path.abspath(location), pafs.LocalFileSystem())
+        table = DeltaTable(location, version=spec.version).to_pyarrow_dataset(filesystem=local).to_table()
     _check_key_column(table.schema, spec, name, location)
     return table.to_pylist()
 

@@ -169,3 +169,20 @@ def test_vacuum_removes_files_no_version_needs(spark: SparkSession, tmp_path: Pa
     replace_range(spark, spark.createDataFrame([(1, "b")], SCHEMA), path, column="ts", start=None, end=None)
     assert vacuum(spark, path, retain_hours=0) >= 1
     assert _rows(read_delta(spark, path)) == [(1, "b")]
+
+
+def test_reading_a_small_table_without_spark_leaves_the_interpreter_exiting_cleanly(tmp_path: Path) -> None:
+    """The runs table and the demo's tables are read through pyarrow's local filesystem: through deltalake's
+    own filesystem bridge a process exited with 134 (abort) about every other time."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = str(tmp_path / "runs")
+    write_deltalake(path, pa.table({"run_id": ["a", "b"], "n": [1, 2]}))
+    code = ("import sys; from backfill.io.delta import arrow_table; "
+            f"sys.exit(0 if arrow_table({path!r}).num_rows == 2 else 3)")
+    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True).returncode for _ in range(6)]
+    assert codes == [0] * 6

@@ -1,4 +1,4 @@
-"""Part: commands. The `backfill` command: plan, run, inspect, verify, diff, demo, archive.
+"""Part: commands. The `backfill` command: plan, run, runs, inspect, verify, diff, demo, archive.
 
 Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
 """
@@ -37,6 +37,16 @@ JunitOpt = Annotated[Optional[Path], typer.Option(
 ProfileOpt = Annotated[Optional[str], typer.Option(
     "--profile", help="Spark profile from conf/ (local, cluster); default $BACKFILL_PROFILE or local.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+DueOpt = Annotated[bool, typer.Option(
+    "--due", help="Scheduled: the job's schedule intervals not yet published whose data is complete, up to "
+                  "now - lag (or --until), each published as its own range.")]
+UntilOpt = Annotated[Optional[str], typer.Option(
+    "--until", help="With --due/--restate: the bound instead of now - lag (ISO-8601 or epoch ms).")]
+MaxOpt = Annotated[Optional[int], typer.Option(
+    "--max-intervals", help="With --due: publish at most this many intervals (the oldest first).")]
+RestateOpt = Annotated[Optional[str], typer.Option(
+    "--restate", help="Republish the intervals published in this period before the bound (e.g. 2d) whose input "
+                      "changed since (late data).")]
 EngineOpt = Annotated[str, typer.Option(
     "--engine", help="spark (default) or reference (the record-at-a-time oracle; small inputs only).")]
 
@@ -95,13 +105,24 @@ def _spark_message(exc: Exception) -> str:
 
 
 @app.command()
-def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False) -> None:
-    """Show what a run would do: inputs, output range, warm-up and cool-down, operators, sinks. Reads no data."""
+def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False, due: DueOpt = False,
+         until: UntilOpt = None, max_intervals: MaxOpt = None, restate: RestateOpt = None,
+         profile: ProfileOpt = None) -> None:
+    """Show what a run would do: inputs, output range, warm-up and cool-down, operators, sinks. Reads no data
+    (with --due/--restate: the intervals a scheduled run would publish; reads the sources' timestamps)."""
     from backfill.plan.builder import build_plan
     from backfill.plan.explainer import explain, plan_dict
     from backfill.jobspec import load_job
 
     with handled():
+        if due or restate is not None:
+            _no_range(start, end, "--due/--restate")
+            from backfill.scheduling.command import plan_scheduled
+
+            plan_scheduled(job, until=parse_instant(until, "--until"), restate=restate, max_intervals=max_intervals,
+                           due=due, profile=profile, out=out, as_json=as_json)
+            return
+        _scheduled_only(until, max_intervals)
         the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
         if as_json:
             print(json.dumps(plan_dict(the_plan), indent=2))
@@ -111,9 +132,26 @@ def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonO
 
 @app.command()
 def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False,
-        profile: ProfileOpt = None, engine: EngineOpt = "spark") -> None:
-    """Run the job: re-derive every operator's output for the range and publish it (Delta: replace the range)."""
+        profile: ProfileOpt = None, engine: EngineOpt = "spark", due: DueOpt = False, until: UntilOpt = None,
+        max_intervals: MaxOpt = None, restate: RestateOpt = None) -> None:
+    """Run the job: re-derive every operator's output for the range and publish it (Delta: replace the range).
+
+    With --due and/or --restate: the job's schedule decides the ranges (one scheduler at a time; a second
+    one exits 0 saying which run holds the lock)."""
     with handled():
+        if due or restate is not None:
+            _no_range(start, end, "--due/--restate")
+            if engine != "spark":
+                raise SpecError("--engine: scheduled runs (--due/--restate) publish, which only the spark engine does")
+            from backfill.scheduling.command import run_scheduled
+
+            result = run_scheduled(job, until=parse_instant(until, "--until"), restate=restate,
+                                   max_intervals=max_intervals, due=due, profile=profile, out=out, err=err,
+                                   as_json=as_json)
+            if as_json:
+                print(json.dumps(result, indent=2, default=str))
+            return
+        _scheduled_only(until, max_intervals)
         summary = execute(job, parse_instant(start, "--start"), parse_instant(end, "--end"), profile, engine, err,
                           quiet=as_json)
         if as_json:
@@ -122,6 +160,29 @@ def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOp
             from backfill.summary import print_summary
 
             print_summary(out, summary)
+
+
+def _no_range(start: str | None, end: str | None, what: str) -> None:
+    if start is not None or end is not None:
+        raise SpecError(f"--start/--end: {what} takes its ranges from the job's schedule; drop --start/--end, or "
+                        "drop --due/--restate to run one range by hand")
+
+
+def _scheduled_only(until: str | None, max_intervals: int | None) -> None:
+    if until is not None or max_intervals is not None:
+        raise SpecError("--until/--max-intervals: only with --due or --restate (a scheduled run); for one range "
+                        "use --start/--end")
+
+
+@app.command()
+def runs(job: JobArg, as_json: JsonOpt = False,
+         limit: Annotated[int, typer.Option("--limit", help="Newest rows to show (0: all).")] = 0) -> None:
+    """Show the job's runs table: each published (or failed) interval with its records in/out/dropped, duration
+    and output versions, and who holds the scheduler lock."""
+    with handled():
+        from backfill.scheduling.command import show_runs
+
+        show_runs(job, out=out, as_json=as_json, limit=limit)
 
 
 @app.command()

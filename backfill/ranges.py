@@ -5,6 +5,8 @@ A row without a value counts as -1: it belongs to every range that has no start,
 """
 from __future__ import annotations
 
+import datetime as dt
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -18,3 +20,9 @@ def in_range(column: str, start: int | None, end: int | None) -> Column:
     if end is not None:
         cond = cond & (value < F.lit(end))
     return cond
+
+
+def instant(ms: int) -> str:
+    """Epoch ms as a short UTC ISO-8601 instant (seconds when whole, else milliseconds): how ranges are shown."""
+    value = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return value.isoformat(timespec="seconds" if ms % 1000 == 0 else "milliseconds").replace("+00:00", "Z")

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ops",),
     ("checks",),
     ("plan",),
-    ("verify", "conformance"),
+    ("verify", "conformance", "scheduling"),
     ("summary", "execute", "demo", "cli", "__init__"),
 ]
 # the reference engine checks the Spark engine, so it shares nothing of it (its own windows, order, bounds)

@@ -168,7 +168,8 @@ def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
 def install_job(work: Path) -> Path:
     """Copy the demo's jobs and schemas/click.json into `work` (same layout, so relative paths hold)."""
     repo = Path(backfill.__file__).resolve().parent.parent
-    for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "schemas/click.json"):
+    for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "jobs/scheduled_clicks.yaml",
+                "schemas/click.json"):
         if not (repo / rel).is_file():
             raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
                             "install backfill with `pip install -e` from a clone")
@@ -284,6 +285,9 @@ def explain_drops(out: Console, summary: dict[str, Any], ledger: list[dict[str, 
               f"Read one with [bold]python -c \"from deltalake import DeltaTable as T; "
               f"print(T('{ledger_path}').to_pandas())\"[/]; edit {WORK_DIR}/jobs/demo.yaml and rerun it with "
               f"[bold]backfill run {WORK_DIR}/jobs/demo.yaml[/].", highlight=False)
+    out.print(f"On a schedule: [bold]backfill run {WORK_DIR}/jobs/scheduled_clicks.yaml --due[/] publishes the "
+              "sample's complete 10-minute intervals, each once; [bold]backfill runs[/] on the same file lists them.",
+              highlight=False)
 
 
 def _reason_table(summary: dict[str, Any], counts: dict[str, dict[str, int]]) -> Table:

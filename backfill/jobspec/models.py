@@ -312,6 +312,53 @@ class VerifySpec(Strict):
     tolerance: dict[str, str] = {}  # column: abs:0.01 | rel:1e-6 | abs:0.01,rel:1e-6 (--tolerance)
 
 
+class ScheduleSpec(Strict):
+    """When a scheduled run (`backfill run --due`) publishes: intervals of `interval`, each once its data is complete.
+
+    An interval [s, s + interval) is due when the clock has passed its end + `lag` and every source has data
+    past that point; `lag` is at least what the operators need before an interval's outputs are final
+    (checked when the plan is built). Intervals start at `start` (ISO-8601 or epoch ms) and every `interval`
+    after it; without `start`, at multiples of `interval` since the epoch, from the first published or the
+    first record's interval.
+    """
+
+    interval: Duration
+    lag: Duration = 0
+    start: str | int | None = None
+    # a scheduler's lock whose holder has not renewed it for this long is stale (the holder died)
+    lock_timeout: Duration = 600_000
+
+    @model_validator(mode="after")
+    def _values(self) -> ScheduleSpec:
+        if self.interval <= 0:
+            raise ValueError("@interval: must be > 0, e.g. interval: 1h")
+        if self.lag < 0:
+            raise ValueError("@lag: must be >= 0 (how long after an interval ends its data is complete), e.g. 15m")
+        if self.lock_timeout < 60_000:
+            raise ValueError("@lock_timeout: must be at least 1m (a live run renews its lock every 20 s)")
+        if self.start is not None:
+            self.start_ms  # noqa: B018 - validates
+        return self
+
+    @property
+    def start_ms(self) -> int | None:
+        """`start` as epoch ms (None: aligned to the epoch)."""
+        if self.start is None:
+            return None
+        if isinstance(self.start, int) or str(self.start).lstrip("-").isdigit():
+            return int(self.start)
+        import datetime as dt
+
+        try:
+            value = dt.datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"@start: {self.start!r} is not an instant; use ISO-8601 (2024-01-01T00:00:00Z) "
+                             "or epoch milliseconds") from None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.timezone.utc)
+        return int(value.timestamp() * 1000)
+
+
 class JobSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     semantics: Literal["kafka-streams", "flink"] = "kafka-streams"
@@ -321,6 +368,7 @@ class JobSpec(Strict):
     operators: list[OperatorSpec] = Field(min_length=1)
     sinks: dict[str, SinkSpec] = {}
     verify: dict[str, VerifySpec] = {}
+    schedule: ScheduleSpec | None = None
 
     @field_validator("kafka_streams", mode="before")
     @classmethod

@@ -142,6 +142,18 @@ class Operator(ABC):
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in fields(self) if f.name not in self.HIDDEN}
 
+    def grace_ms(self) -> int:
+        """Its grace: how long after a window's end (a join's bound) a late record still counts."""
+        spec = self.spec
+        if spec is not None and spec.aggregate is not None:
+            return spec.aggregate.window.grace_ms
+        return 0
+
+    def settled_by(self, end: int) -> int:
+        """The stream time at which its outputs with a range value below `end` are final (scheduled runs wait
+        for every source's data to reach it): the close time of the last window before `end`."""
+        return self.close_time if self.close_time is not None else end + self.cooldown_ms
+
     @property
     def stream_time(self) -> str:
         """The name of this operator's stream-time column in the ordered records."""

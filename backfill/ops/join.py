@@ -62,6 +62,17 @@ class StreamJoin(Operator):
     range_column = "ts"  # a join row's range is its timestamp
     HIDDEN = (*Operator.HIDDEN, "rules")
 
+    def grace_ms(self) -> int:
+        assert self.spec is not None and self.spec.join is not None
+        return JoinWindows.of(self.spec.join).grace
+
+    def settled_by(self, end: int) -> int:
+        """A result at ts < end is final once every record within the window of it has arrived and a
+        non-joined record's emission is due: stream time past end + max(before, after) + grace."""
+        assert self.spec is not None and self.spec.join is not None
+        w = JoinWindows.of(self.spec.join)
+        return end + max(w.before, w.after, 0) + w.grace
+
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
                  end: int | None) -> StreamJoin:

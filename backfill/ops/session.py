@@ -76,6 +76,10 @@ class SessionAggregate(KernelAggregate):
                    index=index, window=f"session gap {format_duration(gap)} grace {format_duration(grace)}",
                    warmup_ms=gap, why=tuple(why), **not_rekeyed(spec))
 
+    def settled_by(self, end: int) -> int:
+        """A session starting before `end` with no record within a gap after `end` closes at end + gap + grace."""
+        return end + self.gap + self.grace_ms()
+
     @property
     def gap(self) -> int:
         """The inactivity gap."""

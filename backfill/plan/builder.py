@@ -7,7 +7,8 @@ from backfill.jobspec.load import Job
 from backfill.ops.base import Operator
 from backfill.ops.registry import operator_for
 from backfill.plan.definition import Plan, SourcePlan
-from backfill.plan.validate import check_inputs_exist, check_paths, check_semantics, check_sinks_declared
+from backfill.plan.validate import (check_inputs_exist, check_paths, check_schedule, check_semantics,
+                                   check_sinks_declared)
 
 
 def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Plan:
@@ -21,6 +22,7 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     check_inputs_exist(job)
     operators = tuple(operator_for(job, op, i, _sink_path(job, op.name), start, end)
                       for i, op in enumerate(job.spec.operators))
+    check_schedule(job, operators)
     _check_recorded_order(job)
     sources = tuple(_source_plan(job, name, rank, operators, start, end)
                     for rank, name in enumerate(job.spec.sources))

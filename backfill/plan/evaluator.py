@@ -5,6 +5,8 @@ of operator it runs.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import json
 import time
@@ -30,7 +32,7 @@ from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import OperatorCounts, OperatorResult
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
-from backfill.ranges import in_range
+from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
 
 Progress = Callable[[str], None]
@@ -57,6 +59,11 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     code_version: str = __version__
+    # scheduled runs (scheduling/): how the run came about, the pass it belongs to, its input fingerprint
+    mode: str = "manual"
+    pass_id: str | None = None
+    fingerprint: dict[str, Any] | None = None
+    intervals: list[dict[str, Any]] = field(default_factory=list)  # a pass: each interval's own summary
 
     @property
     def records_in(self) -> int:
@@ -76,8 +83,25 @@ class RunSummary:
         return out
 
 
-def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: None) -> RunSummary:
-    """Run every operator of the plan and publish its outputs; raise BackfillError on any failed check."""
+@dataclass(frozen=True)
+class Intervals:
+    """A pass over several scheduled intervals: computed once, each interval published as its own range."""
+
+    bounds: list[tuple[int, int]]
+    fingerprints: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    mode: str = "due"
+    modes: dict[tuple[int, int], str] = field(default_factory=dict)  # per interval, when not all `mode`
+    before_publish: Callable[[tuple[int, int]], None] = lambda _: None
+    on_published: Callable[[dict[str, Any]], Any] = lambda _: None
+
+
+def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: None,
+             intervals: Intervals | None = None) -> RunSummary:
+    """Run every operator of the plan and publish its outputs; raise BackfillError on any failed check.
+
+    With `intervals` (contiguous, covering the plan's range), the outputs, ledger and checks are computed
+    once and each interval is then staged and published on its own (its own commits and manifest).
+    """
     for op in plan.operators:
         if not op.implemented:
             raise NotImplementedYet(f"{plan.job.path}: operators.{op.name}: {op.not_implemented_reason}; "
@@ -97,7 +121,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
     ordered = ordered.select(*_kept_columns(plan, ordered.columns)).localCheckpoint(eager=False)
     try:
-        _run_operators(plan, spark, ordered, summary, progress, started)
+        _run_operators(plan, spark, ordered, summary, progress, started, intervals)
     finally:
         _release(ordered)
     return summary
@@ -112,7 +136,7 @@ def _ordered(plan: Plan, records: DataFrame) -> DataFrame:
 
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
-                   progress: Progress, started: float) -> None:
+                   progress: Progress, started: float, intervals: Intervals | None = None) -> None:
     """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails)."""
     progress("checking records")
     _record_stats(plan, ordered, summary)
@@ -125,6 +149,9 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         late_rows = _check_ledger(plan, ledger, summary)
+        if intervals is not None:
+            _publish_intervals(plan, spark, results, ledger, late_rows, summary, progress, started, intervals)
+            return
         progress("staging outputs")
         staged = _stage(plan, spark, results, ledger, late_rows, summary)
         progress("publishing")
@@ -136,6 +163,43 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         for result in results.values():
             for frame in result.cached:
                 frame.unpersist()
+
+
+def _publish_intervals(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], ledger: DataFrame,
+                       late_rows: dict[str, int], summary: RunSummary, progress: Progress, started: float,
+                       intervals: Intervals) -> None:
+    """Stage and publish each interval of a pass as its own range, in order; a failure stops at that interval.
+
+    An interval's manifest carries its own outputs, ledger rows and fingerprint, the pass's counts, and as
+    duration its share of the pass's computation plus its own publish.
+    """
+    assert plan.runs_sink is not None
+    shared = (time.time() - started) / len(intervals.bounds)
+    summary.pass_id = summary.run_id
+    for i, (lo, hi) in enumerate(intervals.bounds):
+        begun = time.time()
+        part = copy.deepcopy(summary)
+        part.intervals = []
+        part.run_id, part.start, part.end = f"{summary.run_id}-{i}", lo, hi
+        part.mode = intervals.modes.get((lo, hi), intervals.mode)
+        part.fingerprint = intervals.fingerprints.get((lo, hi))
+        sub = dataclasses.replace(plan, start=lo, end=hi)
+        part.ledger_rows = ledger.where(in_range("range_time", lo, hi)).count()
+        progress(f"staging {instant(lo)} .. {instant(hi)} ({i + 1} of {len(intervals.bounds)})")
+        staged = _stage(sub, spark, results, ledger, late_rows, part)
+        intervals.before_publish((lo, hi))
+        progress(f"publishing {instant(lo)} .. {instant(hi)} ({i + 1} of {len(intervals.bounds)})")
+        part.duration_s = round(shared + time.time() - begun, 3)
+        manifest = part.to_dict()
+        if part.fingerprint is not None:  # the interval's own input, not the pass's
+            manifest["records_in"] = sum(c[0] for parts in part.fingerprint.values() for c in parts.values())
+        part.sinks = publish(spark, plan.runs_sink, str(plan.job.path), staged, manifest, progress)
+        done = part.to_dict()
+        done["records_in"] = manifest["records_in"]
+        summary.intervals.append(done)
+        intervals.on_published(done)
+    summary.duration_s = round(time.time() - started, 3)
+    summary.sinks = {name: sink for part in summary.intervals for name, sink in part["sinks"].items()}
 
 
 def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:

@@ -6,11 +6,14 @@ Every message is one line naming the field and the fix, and points at docs/job-s
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from backfill.errors import SpecError
+from backfill.jobspec.durations import format_duration
 from backfill.jobspec.load import Job
+from backfill.ops.base import Operator
 
 DOCS = "docs/job-spec.md"
 
@@ -85,3 +88,17 @@ def check_semantics(job: Job) -> None:
             raise SpecError(f"{job.path}: semantics: flink applies to rules operators only; operators.{other[0]} "
                             "(an aggregate or join) follows semantics: kafka-streams: remove the line or move it "
                             f"to a job of its own ({DOCS}#a-job)")
+
+
+def check_schedule(job: Job, operators: Sequence[Operator]) -> None:
+    """`schedule.lag` is at least every operator's grace: an interval is published no earlier than the
+    stream itself could finalise it (its data is also awaited, scheduling/due.py)."""
+    schedule = job.spec.schedule
+    if schedule is None:
+        return
+    for op in operators:
+        if op.grace_ms() > schedule.lag:
+            raise SpecError(f"{job.path}: schedule.lag: {format_duration(schedule.lag)} is shorter than the grace of "
+                            f"operators.{op.name} ({format_duration(op.grace_ms())}); an interval would be published "
+                            f"before late records may still change it: use lag: {format_duration(op.grace_ms())} or "
+                            f"more ({DOCS}#schedule)")

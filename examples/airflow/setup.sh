@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create (or refresh) the Airflow environment of the example in .venv-airflow at the project root.
+# Airflow lives apart from backfill's .venv: the DAG calls the `backfill` command, it never imports it.
+# Idempotent: does nothing when the environment already has this requirements file installed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VENV=${AIRFLOW_VENV:-.venv-airflow}
+STAMP="$VENV/.requirements"
+if [ -x "$VENV/bin/airflow" ] && cmp -s examples/airflow/requirements.txt "$STAMP"; then
+  exit 0
+fi
+PY=${PYTHON:-python3}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r examples/airflow/requirements.txt
+cp examples/airflow/requirements.txt "$STAMP"
+echo "Airflow installed in $VENV ($("$VENV/bin/airflow" version 2>/dev/null | tail -1))"

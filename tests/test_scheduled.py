@@ -162,7 +162,7 @@ def test_a_day_of_hourly_intervals_with_an_outage_and_late_data(tmp_path, spark)
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_plan_due_waits_for_every_partition_and_says_which(tmp_path, spark):
+def test_plan_due_waits_for_every_partition_and_says_which(tmp_path, spark, monkeypatch):
     rows = [r for r in _records(hours=6) if r["partition"] == 0 or r["timestamp"] < T0 + 3 * H + 20 * M]
     _write(tmp_path / "bronze", rows, "overwrite")
     job = str(_job(tmp_path))
@@ -175,6 +175,17 @@ def test_plan_due_waits_for_every_partition_and_says_which(tmp_path, spark):
                               "--json").stdout)
     assert planned["due"] == [[T0, T0 + H], [T0 + H, T0 + 2 * H]] and planned["deferred"] == 1
     assert not (tmp_path / "gold").exists()  # plan runs nothing
+    # many intervals are fingerprinted a chunk per scan: the same fingerprints whatever the chunk
+    from backfill.jobspec import load_job
+    from backfill.scheduling import due, survey
+
+    def fingerprints() -> dict:
+        return due.decide(load_job(job), spark, [], until=T0 + 3 * H, now=0, restate_ms=None,
+                          max_intervals=None).fingerprints
+
+    whole = fingerprints()
+    monkeypatch.setattr(survey, "CHUNK", 2)
+    assert fingerprints() == whole and len(whole) == 3 and all(whole.values())
 
 
 @pytest.mark.spark

@@ -37,9 +37,26 @@ class Survey:
         return [(p, ts) for p, ts in sorted(self.reach.get(source, {}).items()) if ts is None or ts < needed]
 
 
+CHUNK = 48  # intervals fingerprinted per scan (three aggregates each: a wider query compiles slowly)
+
+
 def survey(spark: SparkSession, job: Job, sources: list[str], bounds: dict[Interval, Bounds],
            read_from: int | None) -> Survey:
-    """Scan `sources` from `read_from` (None: all) once each; fingerprints for every interval of `bounds`."""
+    """Scan `sources` from `read_from` (None: all); fingerprints for every interval of `bounds` (one scan per
+    source and 48 intervals)."""
+    order = sorted(bounds)
+    result = _scan(spark, job, sources, {iv: bounds[iv] for iv in order[:CHUNK]}, read_from)
+    for i in range(CHUNK, len(order), CHUNK):
+        part = order[i:i + CHUNK]
+        lows = [lo for iv in part for lo, _ in bounds[iv].values()]
+        more = _scan(spark, job, sources, {iv: bounds[iv] for iv in part},
+                     None if any(lo is None for lo in lows) else min(lows))
+        result.fingerprints.update(more.fingerprints)
+    return result
+
+
+def _scan(spark: SparkSession, job: Job, sources: list[str], bounds: dict[Interval, Bounds],
+          read_from: int | None) -> Survey:
     result = Survey()
     order = list(bounds)
     for rank, name in enumerate(job.spec.sources):

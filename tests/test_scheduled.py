@@ -315,3 +315,42 @@ def test_schedule_mistakes_are_one_line_errors(tmp_path, schedule, args, message
     assert result.exit_code == 2, result.stdout + result.stderr
     text = " ".join(result.stderr.split())
     assert message in text and len(result.stderr.strip().splitlines()) == 1, text
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_an_interval_published_with_a_session_still_open_is_reopened_once_the_data_grows(tmp_path, spark):
+    """A session that starts in an interval can outgrow it: published while open (not emitted, counted),
+    the interval is run again once every partition's data reaches further, and then holds the session."""
+    def clicks(part: int, key: str, first: int, last: int, every: int, offset: int) -> list[dict[str, Any]]:
+        return [{"topic": "clicks", "partition": part, "offset": offset + i, "key": key,
+                 "value": json.dumps({"amount": 1}), "timestamp": t, "headers": []}
+                for i, t in enumerate(range(first, last + 1, every))]
+
+    # partition 0: "bot" clicks every 20 s from 00:20 (a session gap is 30 s); partition 1: "v" every minute
+    bot = clicks(0, "bot", T0 + 20 * M, T0 + 50 * M, 20_000, 0)
+    v = clicks(1, "v", T0, T0 + 50 * M, M, 0)
+    _write(tmp_path / "bronze", bot + v, "overwrite")
+    job = _job(tmp_path, schedule="{interval: 30m, lag: 2m, start: '2024-01-01T00:00:00Z'}")
+    job.write_text(job.read_text().replace("{type: tumbling, size: 10m, grace: 1m}",
+                                           "{type: session, gap: 30s, grace: 10s}"))
+    first = _run_json(str(job), "--due", "--until", _iso(T0 + 30 * M))
+    assert [p["start"] for p in first["intervals"]] == [T0]
+    assert first["intervals"][0]["operators"]["tumble"]["incomplete_windows"] == 1  # the bot's session
+    sessions = _rows(tmp_path / "gold" / "tumble", ("key", "window_start", "window_end", "n"))
+    assert [s for s in sessions if s[0] == "bot"] == []
+    assert _run_json(str(job), "--due", "--until", _iso(T0 + 30 * M))["status"] == "nothing_due"  # no new data
+
+    more = clicks(0, "bot", T0 + 50 * M + 20_000, T0 + 60 * M, 20_000, len(bot)) + \
+        clicks(0, "u", T0 + 65 * M, T0 + 70 * M, M, len(bot) + 30) + clicks(1, "v", T0 + 51 * M, T0 + 70 * M, M, len(v))
+    _write(tmp_path / "bronze", more, "append")
+    again = _run_json(str(job), "--due", "--until", _iso(T0 + 30 * M))
+    assert [(p["start"], p["mode"]) for p in again["intervals"]] == [(T0, "reopen")]
+    assert again["intervals"][0]["operators"]["tumble"]["incomplete_windows"] == 0
+    sessions = _rows(tmp_path / "gold" / "tumble", ("key", "window_start", "window_end", "n"))
+    assert [s for s in sessions if s[0] == "bot"] == [("bot", T0 + 20 * M, T0 + 60 * M, 121)]
+    whole = _job(tmp_path, name="whole", schedule=None, out="whole")
+    whole.write_text(whole.read_text().replace("{type: tumbling, size: 10m, grace: 1m}",
+                                               "{type: session, gap: 30s, grace: 10s}"))
+    _cli("run", str(whole), "--start", _iso(T0), "--end", _iso(T0 + 30 * M), "--json")
+    assert sessions == _rows(tmp_path / "whole" / "tumble", ("key", "window_start", "window_end", "n"))

@@ -74,7 +74,7 @@ def last_run(location: str | None, job: str, start: int | None, end: int | None)
 RUNS_SCHEMA = ("run_id string, job string, job_file string, finished_at string, range_start long, range_end long, "
                "records_in long, duration_s double, inputs string, outputs string, counts string, "
                "code_version string, status string, mode string, pass_id string, fingerprint string, "
-               "records_out long, records_dropped long, error string")
+               "records_out long, records_dropped long, error string, data_reach long")
 
 
 def append_run(spark: SparkSession | None, location: str, summary: dict[str, Any], job_file: str) -> None:
@@ -82,8 +82,9 @@ def append_run(spark: SparkSession | None, location: str, summary: dict[str, Any
 
     A manifest is `status: published` (a run's publish completed), or `failed` (a scheduled run stopped:
     `error` says why; nothing of its range was published by it). Scheduled runs add `mode` (due, restate),
-    `pass_id` (intervals run in one pass share it) and `fingerprint` (the input per source and partition:
-    count, max offset, checksum; what `--restate` compares).
+    `pass_id` (intervals run in one pass share it), `fingerprint` (the input per source and partition:
+    count, max offset, checksum; what `--restate` compares) and `data_reach` (the newest timestamp every
+    partition had reached: an interval published with windows still open is run again once it grows).
     """
     sinks = summary.get("sinks") or {}
     row = {
@@ -99,6 +100,7 @@ def append_run(spark: SparkSession | None, location: str, summary: dict[str, Any
         "fingerprint": json.dumps(summary["fingerprint"]) if summary.get("fingerprint") is not None else None,
         "records_out": sum(int(v.get("rows") or 0) for k, v in sinks.items() if k != "_ledger"),
         "records_dropped": summary.get("ledger_rows", 0), "error": summary.get("error"),
+        "data_reach": summary.get("data_reach"),
     }
     if location.endswith(".jsonl"):  # a plain file of manifests, one per line
         Path(location).parent.mkdir(parents=True, exist_ok=True)

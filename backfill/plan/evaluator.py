@@ -63,6 +63,7 @@ class RunSummary:
     mode: str = "manual"
     pass_id: str | None = None
     fingerprint: dict[str, Any] | None = None
+    data_reach: int | None = None  # how far every partition's data reached when it was decided
     intervals: list[dict[str, Any]] = field(default_factory=list)  # a pass: each interval's own summary
 
     @property
@@ -91,6 +92,7 @@ class Intervals:
     fingerprints: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     mode: str = "due"
     modes: dict[tuple[int, int], str] = field(default_factory=dict)  # per interval, when not all `mode`
+    reach: int | None = None  # how far every partition's data reached (recorded; reopens open intervals)
     before_publish: Callable[[tuple[int, int]], None] = lambda _: None
     on_published: Callable[[dict[str, Any]], Any] = lambda _: None
 
@@ -183,6 +185,7 @@ def _publish_intervals(plan: Plan, spark: SparkSession, results: dict[str, Opera
         part.run_id, part.start, part.end = f"{summary.run_id}-{i}", lo, hi
         part.mode = intervals.modes.get((lo, hi), intervals.mode)
         part.fingerprint = intervals.fingerprints.get((lo, hi))
+        part.data_reach = intervals.reach
         sub = dataclasses.replace(plan, start=lo, end=hi)
         part.ledger_rows = ledger.where(in_range("range_time", lo, hi)).count()
         progress(f"staging {instant(lo)} .. {instant(hi)} ({i + 1} of {len(intervals.bounds)})")

@@ -14,6 +14,7 @@ before it stays published.
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ class Decision:
     until: int
     due: list[Interval] = field(default_factory=list)
     restate: dict[Interval, list[str]] = field(default_factory=dict)  # what changed in its input
+    reopen: dict[Interval, int] = field(default_factory=dict)  # published with this many windows/rows open
+    reach: int | None = None  # how far every partition's data reaches now (None: a partition has none)
     waiting: list[tuple[Interval, str]] = field(default_factory=list)  # the first interval not ready, and why
     waiting_after: int = 0  # the intervals after it up to the bound (not ready either)
     deferred: int = 0  # due but beyond --max-intervals
@@ -50,7 +53,7 @@ class Decision:
     @property
     def work(self) -> list[Interval]:
         """Every interval to publish, in order."""
-        return sorted(set(self.due) | set(self.restate))
+        return sorted(set(self.due) | set(self.restate) | set(self.reopen))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (plan --due --json, run --due --json)."""
@@ -60,16 +63,20 @@ class Decision:
                             for iv, why in sorted(self.restate.items())],
                 "waiting": [{"interval": [iv.start, iv.end], "reason": why} for iv, why in self.waiting],
                 "waiting_after": self.waiting_after,
+                "reopen": [{"interval": [iv.start, iv.end], "open": n} for iv, n in sorted(self.reopen.items())],
                 "deferred": self.deferred, "unchanged": self.unchanged,
                 "no_fingerprint": [[iv.start, iv.end] for iv in self.no_fingerprint]}
 
     def lines(self) -> list[str]:
         """What a person reads before the run starts (and all `plan --due` prints)."""
         out = [f"job {self.job}: {self.published} interval{'' if self.published == 1 else 's'} published; until "
-               f"{instant(self.until)}: {len(self.due)} due, {len(self.restate)} to restate"]
+               f"{instant(self.until)}: {len(self.due)} due, {len(self.restate)} to restate"
+               + (f", {len(self.reopen)} to reopen" if self.reopen else "")]
         for group in contiguous(self.due):
             out.append(f"  due     {Interval(group[0].start, group[-1].end)} ({len(group)} interval"
                        f"{'s' if len(group) > 1 else ''}, one pass)")
+        for iv, n in sorted(self.reopen.items()):
+            out.append(f"  reopen  {iv}: published with {n} windows or rows still open; its data has grown since")
         for iv, why in sorted(self.restate.items()):
             out.append(f"  restate {iv}: input changed since published: {'; '.join(why[:3])}"
                        + (f" (+{len(why) - 3} more)" if len(why) > 3 else ""))
@@ -122,10 +129,14 @@ def decide(job: Job, spark: SparkSession, runs: list[dict[str, Any]], *, until: 
     candidates = [iv for iv in grid(schedule, first, bound) if not covered(iv, ranges)] if due and first is not None \
         else []
     restating = sorted(iv for iv in exact if bound - restate_ms < iv.end <= bound) if restate_ms is not None else []
+    # published while windows (sessions, waiting join rows) were still open: run again once the data grew
+    still_open = {iv: n for iv, row in exact.items() if due and iv.end <= bound and (n := _open(row))}
     needed: dict[Interval, int] = {}
-    if candidates:
-        reach = survey(spark, job, sources, {}, _bounds(build_plan(job, candidates[0].start, candidates[0].end),
-                                                        schedule, candidates[0])[2])
+    if candidates or still_open:
+        first_iv = min([*candidates[:1], *still_open])
+        reach = survey(spark, job, sources, {}, _bounds(build_plan(job, first_iv.start, first_iv.end), schedule,
+                                                        first_iv)[2])
+        decision.reach = _reach(reach, sources)
         for i, iv in enumerate(candidates):
             decision.bounds[iv], needed[iv], _ = _bounds(build_plan(job, iv.start, iv.end), schedule, iv)
             why = _not_ready(reach, sources, needed[iv])
@@ -134,13 +145,19 @@ def decide(job: Job, spark: SparkSession, runs: list[dict[str, Any]], *, until: 
                 decision.waiting_after = len(candidates) - i - 1
                 break
             decision.due.append(iv)
-    chosen = sorted(set(decision.due) | set(restating))
+        for iv, n in still_open.items():
+            before = exact[iv].get("data_reach")
+            if decision.reach is not None and (before is None or decision.reach > before):
+                decision.reopen[iv] = n
+    restating = [iv for iv in restating if iv not in decision.reopen]
+    chosen = sorted(set(decision.due) | set(restating) | set(decision.reopen))
     if max_intervals is not None and len(chosen) > max_intervals:
         chosen = chosen[:max_intervals]
-        decision.deferred = sum(1 for iv in decision.due if iv not in set(chosen))
+        decision.deferred = sum(1 for iv in [*decision.due, *decision.reopen] if iv not in set(chosen))
         decision.due = [iv for iv in decision.due if iv in set(chosen)]
+        decision.reopen = {iv: n for iv, n in decision.reopen.items() if iv in set(chosen)}
         restating = [iv for iv in restating if iv in set(chosen)]
-    for iv in restating:
+    for iv in [*restating, *decision.reopen]:
         decision.bounds[iv] = _bounds(build_plan(job, iv.start, iv.end), schedule, iv)[0]
     if not chosen:
         return decision
@@ -173,6 +190,18 @@ def _bounds(plan: Plan, schedule: ScheduleSpec, iv: Interval) -> tuple[Bounds, i
     return bounds, needed, None if any(lo is None for lo in lows) else min(lows)
 
 
+def _open(row: dict[str, Any]) -> int:
+    """Windows (or join rows) its run left open in its interval, from its manifest's counts."""
+    counts = json.loads(row.get("counts") or "{}") if isinstance(row.get("counts"), str) else row.get("counts") or {}
+    return sum(int(op.get("incomplete_windows") or 0) for op in (counts.get("operators") or {}).values())
+
+
+def _reach(found: Survey, sources: list[str]) -> int | None:
+    """The newest time every partition of every source has reached (None: a partition has no record)."""
+    values = [ts for s in sources for ts in found.reach.get(s, {}).values()]
+    return None if not values or any(ts is None for ts in values) else min(values)
+
+
 def _not_ready(found: Survey, sources: list[str], needed: int) -> str | None:
     for source in sources:
         short = found.short_of(source, needed)
@@ -199,7 +228,8 @@ def run_decision(job: Job, spark: SparkSession, decision: Decision, lock: Any, r
     done: list[dict[str, Any]] = []
     for group in contiguous(decision.work):
         the_plan = build_plan(job, group[0].start, group[-1].end)
-        modes = {iv: "restate" if iv in decision.restate else "due" for iv in group}
+        modes = {iv: "restate" if iv in decision.restate else "reopen" if iv in decision.reopen else "due"
+                 for iv in group}
         published_now: set[tuple[int, int]] = set()
 
         def before_publish(bounds: tuple[int, int]) -> None:
@@ -214,6 +244,7 @@ def run_decision(job: Job, spark: SparkSession, decision: Decision, lock: Any, r
                     fingerprints={(iv.start, iv.end): decision.fingerprints.get(iv, {}) for iv in group},
                     mode="due" if all(m == "due" for m in modes.values()) else "restate",
                     modes={(iv.start, iv.end): m for iv, m in modes.items()}, before_publish=before_publish,
+                    reach=decision.reach,
                     on_published=lambda part: (published_now.add((part["start"], part["end"])),
                                                report(part))))
             done += summary.intervals
@@ -246,7 +277,8 @@ def describe_interval(part: dict[str, Any]) -> str:
     versions = ", ".join(f"{name} v{sink['version']}" for name, sink in part["sinks"].items()
                          if sink.get("version") is not None)
     rows = sum(int(s.get("rows") or 0) for name, s in part["sinks"].items() if name != "_ledger")
-    return (f"{'restated' if part['mode'] == 'restate' else 'published'} {Interval(part['start'], part['end'])}: "
+    verb = {"restate": "restated", "reopen": "reopened"}.get(part["mode"], "published")
+    return (f"{verb} {Interval(part['start'], part['end'])}: "
             f"{part['records_in']:,} records in, {rows:,} rows out, {part['ledger_rows']:,} dropped"
             + (f" ({versions})" if versions else "") + f", {part['duration_s']:.1f} s")
 

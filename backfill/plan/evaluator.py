@@ -172,8 +172,8 @@ def _publish_intervals(plan: Plan, spark: SparkSession, results: dict[str, Opera
                        intervals: Intervals) -> None:
     """Stage and publish each interval of a pass as its own range, in order; a failure stops at that interval.
 
-    An interval's manifest carries its own outputs, ledger rows and fingerprint, the pass's counts, and as
-    duration its share of the pass's computation plus its own publish.
+    An interval's manifest carries its own outputs, ledger rows, open windows and fingerprint, the pass's
+    record counts, and as duration its share of the pass's computation plus its own staging.
     """
     assert plan.runs_sink is not None
     shared = (time.time() - started) / len(intervals.bounds)

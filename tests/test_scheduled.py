@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from backfill.demo import ARCHIVE_SCHEMA
 from backfill.scheduling import lock as locks
-from backfill.scheduling.intervals import Interval, contiguous, grid, published
+from backfill.scheduling.intervals import Coverage, Interval, contiguous, grid, published
 from backfill.jobspec.models import ScheduleSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -293,6 +293,11 @@ def test_the_interval_grid_and_what_counts_as_published():
             {"job": "j", "status": "failed", "range_start": T0 + H, "range_end": T0 + 2 * H},
             {"job": "other", "status": "published", "range_start": T0 + 2 * H, "range_end": T0 + 3 * H}]
     assert list(published(rows, "j")) == [Interval(T0, T0 + H)]
+    # a manual run over [00:30, 03:00) and an interval [00:00, 01:00): together they cover 00:00-03:00
+    cover = Coverage([Interval(T0 + 30 * M, T0 + 3 * H), Interval(T0, T0 + H), Interval(T0 + 5 * H, T0 + 6 * H)])
+    assert [cover.covers(Interval(T0 + h * H, T0 + (h + 1) * H)) for h in range(7)] == \
+        [True, True, True, False, False, True, False]
+    assert not cover.covers(Interval(T0 - H, T0))
     assert contiguous([Interval(T0 + 3 * H, T0 + 4 * H), Interval(T0, T0 + H), Interval(T0 + H, T0 + 2 * H)]) == [
         [Interval(T0, T0 + H), Interval(T0 + H, T0 + 2 * H)], [Interval(T0 + 3 * H, T0 + 4 * H)]]
 

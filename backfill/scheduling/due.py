@@ -27,7 +27,7 @@ from backfill.jobspec.load import Job
 from backfill.jobspec.models import ScheduleSpec
 from backfill.plan.builder import build_plan
 from backfill.plan.definition import Plan
-from backfill.scheduling.intervals import Interval, contiguous, covered, grid, instant, published
+from backfill.scheduling.intervals import Coverage, Interval, contiguous, grid, instant, published
 from backfill.scheduling.survey import Bounds, Survey, changed, survey
 
 
@@ -114,7 +114,7 @@ def decide(job: Job, spark: SparkSession, runs: list[dict[str, Any]], *, until: 
     done = published(runs, job.spec.name)
     decision = Decision(job=job.spec.name, until=bound)
     exact = {iv: row for iv, row in done.items() if iv.end - iv.start == schedule.interval}
-    ranges = list(done)
+    coverage = Coverage(list(done))
     sources = sorted({s for op in job.spec.operators for s in op.inputs})
     first = schedule.start_ms
     if first is None and exact:
@@ -125,8 +125,8 @@ def decide(job: Job, spark: SparkSession, runs: list[dict[str, Any]], *, until: 
             decision.waiting.append((Interval(bound, bound), "the sources have no record with a valid timestamp"))
             return decision
     if first is not None:
-        decision.published = sum(1 for iv in grid(schedule, first, bound) if covered(iv, ranges))
-    candidates = [iv for iv in grid(schedule, first, bound) if not covered(iv, ranges)] if due and first is not None \
+        decision.published = sum(1 for iv in grid(schedule, first, bound) if coverage.covers(iv))
+    candidates = [iv for iv in grid(schedule, first, bound) if not coverage.covers(iv)] if due and first is not None \
         else []
     restating = sorted(iv for iv in exact if bound - restate_ms < iv.end <= bound) if restate_ms is not None else []
     # published while windows (sessions, waiting join rows) were still open: run again once the data grew

@@ -61,9 +61,25 @@ def _bound(value: Any, low: bool) -> int:
     return int(value)
 
 
-def covered(interval: Interval, ranges: list[Interval]) -> bool:
-    """True when one published range holds the whole interval (a manual run over a longer range counts)."""
-    return any(r.start <= interval.start and interval.end <= r.end for r in ranges)
+class Coverage:
+    """What the published ranges cover together: is an interval wholly inside it (log n per question)."""
+
+    def __init__(self, ranges: list[Interval]) -> None:
+        merged: list[list[int]] = []
+        for r in sorted(ranges):
+            if merged and r.start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], r.end)
+            else:
+                merged.append([r.start, r.end])
+        self.starts = [m[0] for m in merged]
+        self.spans = merged
+
+    def covers(self, interval: Interval) -> bool:
+        """True when published ranges, together, hold the whole interval (a longer manual run counts)."""
+        import bisect
+
+        i = bisect.bisect_right(self.starts, interval.start) - 1
+        return i >= 0 and self.spans[i][1] >= interval.end
 
 
 def contiguous(intervals: list[Interval]) -> list[list[Interval]]:

@@ -4,7 +4,6 @@ Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line 
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import sys
@@ -53,18 +52,14 @@ EngineOpt = Annotated[str, typer.Option(
 
 def parse_instant(text: str | None, option: str) -> int | None:
     """An ISO-8601 instant or epoch milliseconds, as epoch ms."""
+    from backfill.jobspec.durations import INSTANT_HINT, parse_instant as parse
+
     if text is None:
         return None
-    if text.lstrip("-").isdigit():
-        return int(text)
     try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse(text)
     except ValueError:
-        raise SpecError(f"{option} {text!r} is not an instant; use ISO-8601 (2024-01-01T00:00:00Z) "
-                        "or epoch milliseconds") from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return int(value.timestamp() * 1000)
+        raise SpecError(f"{option} {text!r} is not an instant; {INSTANT_HINT}") from None
 
 
 @contextmanager

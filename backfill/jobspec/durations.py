@@ -30,3 +30,18 @@ def format_duration(ms: int) -> str:
         if ms and ms % UNITS_MS[unit] == 0:
             return f"{ms // UNITS_MS[unit]}{unit}"
     return f"{ms}ms"
+
+
+INSTANT_HINT = "use ISO-8601 (2024-01-01T00:00:00Z) or epoch milliseconds"
+
+
+def parse_instant(text: str | int) -> int:
+    """An ISO-8601 instant (UTC when it names no zone) or epoch milliseconds, as epoch ms; ValueError if neither."""
+    import datetime as dt
+
+    if isinstance(text, int) or str(text).lstrip("-").isdigit():
+        return int(text)
+    value = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from backfill.jobspec import versions
-from backfill.jobspec.durations import parse_duration
+from backfill.jobspec.durations import INSTANT_HINT, parse_duration, parse_instant
 
 Duration = Annotated[int, BeforeValidator(parse_duration)]
 LEGACY_GRACE = "legacy"
@@ -345,18 +345,10 @@ class ScheduleSpec(Strict):
         """`start` as epoch ms (None: aligned to the epoch)."""
         if self.start is None:
             return None
-        if isinstance(self.start, int) or str(self.start).lstrip("-").isdigit():
-            return int(self.start)
-        import datetime as dt
-
         try:
-            value = dt.datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
+            return parse_instant(self.start)
         except ValueError:
-            raise ValueError(f"@start: {self.start!r} is not an instant; use ISO-8601 (2024-01-01T00:00:00Z) "
-                             "or epoch milliseconds") from None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return int(value.timestamp() * 1000)
+            raise ValueError(f"@start: {self.start!r} is not an instant; {INSTANT_HINT}") from None
 
 
 class JobSpec(Strict):

@@ -359,3 +359,19 @@ def test_an_interval_published_with_a_session_still_open_is_reopened_once_the_da
                                                "{type: session, gap: 30s, grace: 10s}"))
     _cli("run", str(whole), "--start", _iso(T0), "--end", _iso(T0 + 30 * M), "--json")
     assert sessions == _rows(tmp_path / "whole" / "tumble", ("key", "window_start", "window_end", "n"))
+
+
+@pytest.mark.spark
+def test_a_failing_interval_stops_the_run_with_one_line_and_a_failed_row(tmp_path, spark):
+    rows = _records(hours=3)
+    for r in rows:
+        r["key"] = "shared"  # one key in both partitions: a final output would not be unique per window
+    _write(tmp_path / "bronze", rows, "overwrite")
+    job = str(_job(tmp_path))
+    result = CliRunner().invoke(app, ["run", job, "--due", "--until", _iso(T0 + 2 * H)])
+    assert result.exit_code == 2
+    assert "key 'shared' occurs in several partitions" in " ".join(result.stderr.split())
+    runs = [json.loads(line) for line in _cli("runs", job, "--json").stdout.splitlines()]
+    assert [(r["start"], r["status"], r["mode"]) for r in runs] == [(T0, "failed", "due")]
+    assert "several partitions" in runs[0]["error"]
+    assert not (tmp_path / "gold" / "tumble").exists()  # nothing published

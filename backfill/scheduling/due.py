@@ -242,7 +242,6 @@ def run_decision(job: Job, spark: SparkSession, decision: Decision, lock: Any, r
                 summary = run_plan(the_plan, spark, progress, Intervals(
                     bounds=[(iv.start, iv.end) for iv in group],
                     fingerprints={(iv.start, iv.end): decision.fingerprints.get(iv, {}) for iv in group},
-                    mode="due" if all(m == "due" for m in modes.values()) else "restate",
                     modes={(iv.start, iv.end): m for iv, m in modes.items()}, before_publish=before_publish,
                     reach=decision.reach,
                     on_published=lambda part: (published_now.add((part["start"], part["end"])),
@@ -250,12 +249,12 @@ def run_decision(job: Job, spark: SparkSession, decision: Decision, lock: Any, r
             done += summary.intervals
         except BaseException as exc:
             failed = next(iv for iv in group if (iv.start, iv.end) not in published_now)
-            _record_failure(spark, the_plan, failed, exc, time.time() - started, append_run)
+            _record_failure(spark, the_plan, failed, modes[failed], exc, time.time() - started, append_run)
             raise
     return done
 
 
-def _record_failure(spark: SparkSession, plan: Plan, failed: Interval, exc: BaseException, seconds: float,
+def _record_failure(spark: SparkSession, plan: Plan, failed: Interval, mode: str, exc: BaseException, seconds: float,
                     append: Any) -> None:
     """A `failed` manifest for the interval that did not publish (best effort: the error is what matters)."""
     if isinstance(exc, KeyboardInterrupt) or plan.runs_sink is None:
@@ -266,7 +265,7 @@ def _record_failure(spark: SparkSession, plan: Plan, failed: Interval, exc: Base
     try:
         append(spark, plan.runs_sink, {"run_id": f"failed-{int(time.time() * 1000)}", "job": plan.job.spec.name,
                                        "start": failed.start, "end": failed.end, "status": "failed",
-                                       "mode": "due", "duration_s": round(seconds, 3), "error": message[:1000]},
+                                       "mode": mode, "duration_s": round(seconds, 3), "error": message[:1000]},
                job_file=str(plan.job.path))
     except Exception:  # noqa: BLE001 - never hide the run's own error behind this one
         pass

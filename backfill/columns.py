@@ -50,6 +50,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("_drop", "string", "time/extract", "all",
                  "why the record never reaches an operator (unreadable..., invalid_timestamp), or null"),
     RecordColumn("_fatal", "string", "time/extract", "plan/evaluator", "a policy says fail on this record"),
+    RecordColumn("_origin", "struct", "ops/repartition", "ledger",
+                 "a re-keyed record's input record (source, topic, partition, offset); null otherwise"),
     RecordColumn("task", "int", "order/tasks", "all", "the task that processes it (its partition)"),
     RecordColumn("_recorded_seq", "bigint", "order/tasks", "operators (rules)",
                  "the source's recorded order (order_by), kept when `seq` becomes the task's position"),

@@ -35,8 +35,16 @@ def ledger_rows(df: DataFrame, *, reason: Column | str, operator: str | None = N
 
     key = F.col("key")
     key_text = F.hex(key) if isinstance(df.schema["key"].dataType, T.BinaryType) else key.cast("string")
+    names = ("source", "topic", "partition", "offset")
+    where = [F.col(c) for c in names]
+    if "_origin" in df.columns:  # a record of a repartition topic: the row names its input record
+        where = [F.coalesce(F.col(f"_origin.{c}"), F.col(c)).alias(c) for c in names]
+        rekeyed = F.when(F.col("_origin").isNotNull(), F.when(
+            F.col("partition").isNull(), F.lit("group_by gave a null key: not repartitioned")).otherwise(
+            F.concat(F.lit("re-keyed to "), F.col("topic"), F.lit("/"), F.col("partition").cast("string"))))
+        detail = rekeyed if detail is None else F.coalesce(detail, rekeyed)
     return df.select(
-        F.col("source"), F.col("topic"), F.col("partition"), F.col("offset"), key_text.alias("key"),
+        *where, key_text.alias("key"),
         (timestamp if timestamp is not None else F.col("ts")).cast("long").alias("timestamp"),
         lit_or(operator, "string").alias("operator"), lit_or(reason, "string").alias("reason"),
         lit_or(detail, "string").alias("detail"), lit_or(stream_time, "long").alias("stream_time"),

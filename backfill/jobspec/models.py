@@ -174,9 +174,22 @@ class FoldAggregation(Strict):
 Aggregation = str | FoldAggregation
 
 
+class GroupBySpec(Strict):
+    """A re-key before the aggregate (kafka-streams.md 12): `KStream#groupBy` and its repartition topic."""
+
+    key: str = Field(min_length=1)  # Spark SQL over the record: the new key
+    # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes)
+    format: Literal["string", "long", "int", "bytes"] | None = None
+    partitions: int | None = Field(default=None, gt=0)  # the repartition topic's (default: the input's)
+
+
+def _group_by(value: Any) -> Any:
+    return {"key": value} if isinstance(value, str) else value
+
+
 class AggregateSpec(Strict):
     input: str
-    group_by: str | None = None
+    group_by: Annotated[GroupBySpec | None, BeforeValidator(_group_by)] = None
     window: WindowSpec
     aggregations: dict[str, Aggregation] = Field(min_length=1)
     emit: Literal["updates", "final"] = "updates"

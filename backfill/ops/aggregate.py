@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
-from backfill.errors import NotImplementedYet, PublishError
+from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
+from backfill.ops.repartition import rekey_why, stream_name
 from backfill.ops.windows import TimeWindows
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class WindowAggregate(Operator):
         text = (f"{w.type} size {format_duration(size)}" + (f" advance {format_duration(advance)}"
                                                             if w.type == "hopping" else "")
                 + f" grace {format_duration(grace)}")
-        why = []
+        why = rekey_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start} are read; an older record cannot fall into a "
                        "window starting at or after --start, nor raise stream time above a record that does")
@@ -93,7 +94,7 @@ class WindowAggregate(Operator):
     def count_columns(self, live: Column) -> list[Column]:
         """Records in, null keys, contributing records, late (record, window) pairs, last stream time per task."""
         assert self.spec is not None and self.spec.aggregate is not None
-        mine = in_source(self.spec.aggregate.input) & live
+        mine = in_source(stream_name(self.spec)) & live
         wc = late_windows(self.windows, self.stream_time)
         reach = mine & F.col("key").isNotNull()
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
@@ -186,19 +187,10 @@ class FinalWindows(OperatorResult):
         return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
 
 
-def not_rekeyed(op: OperatorSpec) -> dict[str, Any]:
-    """Operator fields refusing `group_by` (re-keying, a repartition) until it is implemented."""
-    assert op.aggregate is not None
-    if not op.aggregate.group_by:
-        return {}
-    return {"implemented": False, "not_implemented_reason": "group_by: re-keying (a repartition) is not implemented "
-                                                           "yet; aggregate by the record key"}
-
-
 def reaches(op: OperatorSpec) -> Column:
     """Records that reach the window aggregate: its input, key not null (4.1 step 1)."""
     assert op.aggregate is not None
-    return (F.col("source") == op.aggregate.input) & F.col("key").isNotNull() & F.col("_drop").isNull()
+    return (F.col("source") == stream_name(op)) & F.col("key").isNotNull() & F.col("_drop").isNull()
 
 
 def late_windows(windows: TimeWindows, st: str) -> dict[str, Column]:
@@ -220,12 +212,9 @@ def aggregate(op: OperatorSpec, ordered: DataFrame, st: str, final_st: dict[int,
     """
     spec = op.aggregate
     assert spec is not None
-    if spec.group_by:
-        raise NotImplementedYet(f"operators.{op.name}.aggregate.group_by: re-keying (a repartition) is not "
-                                "implemented yet; it comes with the Kafka source issue. Aggregate by the record key")
     windows = TimeWindows.of(spec.window)
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate")
-    reaching = (F.col("source") == spec.input) & F.col("_drop").isNull()
+    reaching = (F.col("source") == stream_name(op)) & F.col("_drop").isNull()
     mine = ordered.where(reaching)
     ledger_input = mine if dropped is None else dropped.where(reaching)
     null_keys = ledger_rows(ledger_input.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,

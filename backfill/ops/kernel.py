@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from backfill.ops.aggregate import reaches
 from backfill.ops.base import Operator, OperatorCounts, in_source
 from backfill.ops.expressions import compile_aggregations
+from backfill.ops.repartition import stream_name
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class KernelAggregate(Operator):
     def count_columns(self, live: Column) -> list[Column]:
         """Records in, null drops, the last stream time per task; late records come from the kernel."""
         assert self.spec is not None and self.spec.aggregate is not None
-        mine = in_source(self.spec.aggregate.input) & live
+        mine = in_source(stream_name(self.spec)) & live
         cols = [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("null_key"))]
         if self.drops_null_values:

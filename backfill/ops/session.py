@@ -33,7 +33,8 @@ from sqlglot import exp
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows
+from backfill.ops.repartition import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.kernel import KernelAggregate
@@ -63,7 +64,7 @@ class SessionAggregate(KernelAggregate):
         assert agg is not None
         compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate", session=True)
         gap, grace = int(agg.window.gap or 0), agg.window.grace_ms
-        why = []
+        why = rekey_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - gap} are read (one gap before --start): a "
                        "record further back can only reach a session at or after --start through a record within "
@@ -74,7 +75,7 @@ class SessionAggregate(KernelAggregate):
                        "time passes its end + gap + grace")
         return cls(name=spec.name, kind="aggregate", inputs=(agg.input,), emit=agg.emit, sink=sink, spec=spec,
                    index=index, window=f"session gap {format_duration(gap)} grace {format_duration(grace)}",
-                   warmup_ms=gap, why=tuple(why), **not_rekeyed(spec))
+                   warmup_ms=gap, why=tuple(why))
 
     def settled_by(self, end: int) -> int:
         """A session starting before `end` with no record within a gap after `end` closes at end + gap + grace."""
@@ -252,7 +253,7 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     assert spec is not None
     gap, grace = int(spec.window.gap or 0), spec.window.grace_ms
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate", session=True)
-    recs = ordered.where((F.col("source") == spec.input) & F.col("_drop").isNull())
+    recs = ordered.where((F.col("source") == stream_name(op)) & F.col("_drop").isNull())
     null_keys = ledger_rows(recs.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
                             stream_time=F.col(st), range_time=F.col("ts"))
     keyed = recs.where(F.col("key").isNotNull())

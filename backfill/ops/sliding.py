@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, not_rekeyed
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows
+from backfill.ops.repartition import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
@@ -53,7 +54,7 @@ class SlidingAggregate(KernelAggregate):
         assert agg is not None
         compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate")
         diff, grace = int(agg.window.time_difference or 0), agg.window.grace_ms
-        why = []
+        why = rekey_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - 2 * diff} are read (2 x time difference before "
                        "--start): a record reads the windows starting up to 2 x time difference before it, and a new "
@@ -67,7 +68,7 @@ class SlidingAggregate(KernelAggregate):
                    index=index, window=f"sliding time difference {format_duration(diff)} grace "
                                        f"{format_duration(grace)}",
                    warmup_ms=2 * diff, cooldown_ms=diff + grace, last_window_start=last_start, close_time=close,
-                   why=tuple(why), **not_rekeyed(spec))
+                   why=tuple(why))
 
     @property
     def diff(self) -> int:
@@ -280,7 +281,7 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     assert spec is not None
     diff, grace = int(spec.window.time_difference or 0), spec.window.grace_ms
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate")
-    recs = ordered.where((F.col("source") == spec.input) & F.col("_drop").isNull())
+    recs = ordered.where((F.col("source") == stream_name(op)) & F.col("_drop").isNull())
     ledger = ledger_rows(recs.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
                          stream_time=F.col(st), range_time=F.col("ts")).unionByName(
         ledger_rows(recs.where(F.col("key").isNotNull() & F.col("value").isNull()), reason=NULL_VALUE,

@@ -29,7 +29,8 @@ from backfill.io.publish import complete_pending, publish
 from backfill.io.sinks import Staged, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
-from backfill.ops.base import OperatorCounts, OperatorResult
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult
+from backfill.ops.repartition import partitions_of, regrouped, repartition, stream_name
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
 from backfill.ranges import in_range, instant
@@ -49,6 +50,8 @@ class RunSummary:
     records_read: dict[str, int] = field(default_factory=dict)
     records_processed: dict[str, int] = field(default_factory=dict)
     beyond_range: dict[str, int] = field(default_factory=dict)
+    # re-keyed operators' repartition topics (ops/repartition.py): records written, partitions, the key
+    repartitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     source_drops: dict[str, dict[str, int]] = field(default_factory=dict)
     operators: dict[str, OperatorCounts] = field(default_factory=dict)
     ledger: dict[str, int] = field(default_factory=dict)
@@ -116,7 +119,8 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     progress("reading sources")
     records = _read_all(plan, spark, summary)
     progress("ordering records per task")
-    ordered = _ordered(plan, records)
+    stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
+    ordered = _ordered(plan, records, summary, stored)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
     # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
     # Only the columns later steps read: the checkpoint is a barrier to Spark's own pruning, and what is
@@ -125,16 +129,55 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     try:
         _run_operators(plan, spark, ordered, summary, progress, started, intervals)
     finally:
-        _release(ordered)
+        for frame in (ordered, *stored):
+            _release(frame)
     return summary
 
 
-def _ordered(plan: Plan, records: DataFrame) -> DataFrame:
-    """The records in each task's processing order, with every operator's stream-time columns."""
-    stream_times = {name: col for op in plan.operators for name, col in op.stream_time_columns().items()}
+def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[DataFrame] | None = None
+             ) -> DataFrame:
+    """The records in each task's processing order, with every operator's stream-time columns.
+
+    A re-keyed operator (`group_by`) reads its repartition topic instead: its records are derived from the
+    upstream tasks' order (ops/repartition.py), then ordered per downstream task; both are one frame.
+    """
+    rekeyed = [op for op in plan.operators if op.spec is not None and regrouped(op.spec) is not None]
+    stream_times = {name: col for op in plan.operators if op not in rekeyed
+                    for name, col in op.stream_time_columns().items()}
     ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1)
+    if rekeyed:
+        ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
     check_declared(ordered)
     return ordered
+
+
+def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekeyed: list[Operator],
+                       summary: RunSummary, stored: list[DataFrame]) -> DataFrame:
+    """The ordered records plus each re-keyed operator's repartition topic, ordered per downstream task."""
+    declared = {s.name: (s.spec.partitions if s.spec is not None else None)
+                or summary.inputs.get(s.name, {}).get("partitions") for s in plan.sources}
+    inputs = {op.name: op.inputs[0] for op in rekeyed}
+    unknown = {inputs[op.name] for op in rekeyed if not declared.get(inputs[op.name])}
+    observed = {r["source"]: r["n"] + 1 for r in records.where(F.col("source").isin(*unknown))
+                .groupBy("source").agg(F.max("partition").alias("n")).collect()} if unknown else {}
+    # the upstream order, stored once: each repartition is built from it (a small plan instead of the whole
+    # reading and ordering again per operator, which Spark's optimizer takes minutes over)
+    ordered = ordered.localCheckpoint(eager=False)
+    stored.append(ordered)
+    frames = [ordered]
+    for op in rekeyed:
+        assert op.spec is not None
+        n = partitions_of(op.spec, declared, observed)
+        derived = repartition(op.spec, ordered, n, _beyond(plan))
+        frames.append(order_records(derived, op.stream_time_columns(), single_queue=True))
+        group = regrouped(op.spec)
+        assert group is not None and op.spec.aggregate is not None
+        summary.repartitions[stream_name(op.spec)] = {"from": op.spec.aggregate.input, "key": group.key,
+                                                      "partitions": n, "operator": op.name}
+    types = {f.dataType for df in frames for f in df.schema.fields if f.name == "key"}
+    if len(types) > 1:  # a new key of another type than the sources' keys: one column, as text
+        frames = [df.withColumn("key", F.col("key").cast("string")) for df in frames]
+    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
@@ -208,10 +251,22 @@ def _publish_intervals(plan: Plan, spark: SparkSession, results: dict[str, Opera
 def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     """The records each task processes, in order, with every operator's stream time (for `inspect`)."""
     summary = RunSummary(run_id="inspect", job=plan.job.spec.name, start=plan.start, end=plan.end)
-    kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary))).where(F.col("_drop").isNull())
+    kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary)).where(
+        F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
                        *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators
                          if op.stream_time_columns()])  # a rules operator has no stream time
+
+
+def repartitioned_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
+    """A re-keyed operator's repartition topic as its downstream tasks read it (for `verify`): the records
+    in repartition coordinates with `st`, the operator's stream time with this record, and `_origin`."""
+    op = next(o for o in plan.operators if o.name == operator)
+    assert op.spec is not None
+    summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
+    ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
+    return (ordered.where((F.col("source") == stream_name(op.spec)) & F.col("_drop").isNull())
+            .withColumn("st", F.col(op.stream_time)))
 
 
 def _release(checkpointed: DataFrame) -> None:
@@ -285,6 +340,11 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                                        if i.get("partitions")})
     for r in rows:
         src = r["source"]
+        if src in summary.repartitions:  # a derived topic: its records are counted by their source already
+            topic = summary.repartitions[src]
+            what = "records" if r["task"] is not None else "null_keys"  # a null new key is never written
+            topic[what] = topic.get(what, 0) + r["n"]
+            continue
         summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
         summary.beyond_range[src] = summary.beyond_range.get(src, 0) + r["beyond"]
         if r["_drop"] is not None:

@@ -52,8 +52,10 @@ def explain(plan: Plan) -> str:
                      f"(invalid: {s.on_invalid}); order = {order}{bounds}")
     for o in plan.operators:
         state = "" if o.implemented else f"  [NOT IMPLEMENTED: {o.not_implemented_reason}]"
-        lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; "
-                     + ("per state key" if o.kind == "rules" else "tasks = input partitions")
+        rekeyed = o.spec is not None and o.spec.aggregate is not None and o.spec.aggregate.group_by is not None
+        tasks = "per state key" if o.kind == "rules" else \
+            f"tasks = partitions of {o.name}-repartition" if rekeyed else "tasks = input partitions"
+        lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; {tasks}"
                      + f" -> {o.sink or '(no sink: counted only)'}{state}")
         lines.extend(f"  {why}" for why in o.why)
     lines.append(f"ledger -> {plan.ledger_sink or '(no _ledger sink: counted only)'}; runs -> {plan.runs_sink}")

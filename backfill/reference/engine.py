@@ -23,6 +23,7 @@ from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.flinkrules import run_rules
 from backfill.reference.join import StreamJoin
 from backfill.reference.records import ledger_row, read_records
+from backfill.reference.repartition import Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
@@ -65,6 +66,7 @@ class Queue:
         self.start, self.until = start, until
         self.given_order = given_order
         self.partition_time = -1  # max timestamp dequeued so far (RecordQueue#poll)
+        self.processed_time = -1  # the same over the records this run processes (not those before --start)
         self.pos = 0
         self.head: dict[str, Any] | None = None
         self._advance()
@@ -116,6 +118,7 @@ class Queue:
         rec = self.head
         assert rec is not None
         self.partition_time = max(self.partition_time, rec["ts"])
+        self.processed_time = max(self.processed_time, rec["ts"])
         self._advance()
         return rec
 
@@ -224,8 +227,13 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
     for op in job.spec.operators:
         if op.join is not None:  # co-partitioned inputs (declared `partitions:`, else max partition + 1)
             check_copartitioned({s: partitions.get(s, 0) for s in op.inputs}, op.name)
+    repartitions = {op.name: Repartition(op, op.aggregate.group_by.partitions or partitions.get(op.aggregate.input)
+                                         or 1)
+                    for op in job.spec.operators if op.aggregate is not None and op.aggregate.group_by is not None}
     for task in sorted(queues_by_task):
-        _run_task(job, task, queues_by_task[task], result)
+        _run_task(job, task, queues_by_task[task], result, repartitions)
+    for name, topic in repartitions.items():  # the downstream tasks, each reading its repartition partition
+        _run_downstream(job, job.spec.operator(name), topic, result)
     _apply_range(job, result)
     result.duration_s = time.time() - started
     return result
@@ -257,16 +265,22 @@ def _run_rules(job: Job, result: ReferenceResult) -> None:
         run_rules(op, records[op.rules.input], records[op.rules.rules], given, result)
 
 
-def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult) -> None:
-    """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank)."""
+def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
+              repartitions: dict[str, Repartition]) -> None:
+    """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank).
+    A re-keyed operator's records go to its repartition topic instead (12)."""
     rules = versions.profile(job.spec.kafka_streams)
-    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators}
+    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators if op.name not in repartitions}
     seq = 0
     order = result.order.setdefault(task, [])
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
         seq += 1
         for op in job.spec.operators:
-            if queue.source in op.inputs:
+            if queue.source not in op.inputs:
+                continue
+            if op.name in repartitions:
+                _rekey(op, repartitions[op.name], rec, queue.processed_time, result)
+            else:
                 ops[op.name].process(rec, seq)
         order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
                       "offset": rec["offset"], "key": rec["key"], "ts": rec["ts"],
@@ -274,6 +288,27 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult)
                          for name, agg in ops.items()}})
     for agg in ops.values():
         agg.finish()
+
+
+def _rekey(op: OperatorSpec, topic: Repartition, rec: dict[str, Any], partition_time: int,
+           result: ReferenceResult) -> None:
+    """KStream#groupBy: a null new key is filtered before the topic (a ledger row here); others are written."""
+    key = topic.new_key(rec)
+    if key is None:
+        result.ledger.append(ledger_row({**rec, "key": None}, op.name, "null_key", rec["ts"], None, None,
+                                        detail="group_by gave a null key: not repartitioned", range_time=rec["ts"]))
+        return
+    topic.write(rec, key, partition_time)
+
+
+def _run_downstream(job: Job, op: OperatorSpec, topic: Repartition, result: ReferenceResult) -> None:
+    """Each downstream task reads one partition of the repartition topic in offset order (one queue)."""
+    rules = versions.profile(job.spec.kafka_streams)
+    for q in sorted(topic.written):
+        processor = _processor(op, q, result, rules)
+        for seq, rec in enumerate(topic.partition(q), 1):
+            processor.process(rec, seq)
+        processor.finish()
 
 
 def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile

@@ -238,6 +238,10 @@ def ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp
                 ) -> dict[str, Any]:
     """One row of the dropped-records ledger (LEDGER_SCHEMA's columns) for `rec`."""
     key = rec.get("key")
+    origin = rec.get("_origin")
+    if origin is not None:  # a record of a repartition topic: the row names its input record
+        detail = detail or f"re-keyed to {rec['topic']}/{rec['partition']}"
+        rec = {**rec, **origin}
     return {"source": rec["source"], "topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"],
             "key": None if key is None else (key.hex() if isinstance(key, bytes) else str(key)),
             "timestamp": timestamp, "operator": operator, "reason": reason, "detail": detail,

@@ -101,8 +101,6 @@ def check_supported(op: OperatorSpec) -> None:
         if op.aggregate.window.type not in ("tumbling", "hopping", "session", "sliding"):
             raise NotImplementedYet(f"operators.{op.name}: {op.aggregate.window.type} windows are not implemented "
                                     "yet")
-        if op.aggregate.group_by:
-            raise NotImplementedYet(f"operators.{op.name}.aggregate.group_by: re-keying is not implemented yet")
     elif op.rules is not None:
         return
     elif op.join is not None and op.join.left == op.join.right:

@@ -86,6 +86,8 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timesta
 def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(records reaching the operator, the same with stream time at arrival as processed, offsets read)."""
     assert op.aggregate is not None
+    if op.aggregate.group_by is not None:
+        return _repartitioned_input(spark, plan, op)
     source = op.aggregate.input
     spec = plan.job.spec.sources[source]
     read = read_source(spark, plan.job, source, plan.source(source).rank)
@@ -106,6 +108,19 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[Da
     records = df.where(reaches).select(
         *[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS], "st")
     return raw, records, offsets
+
+
+def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """A re-keyed operator reads its repartition topic: its tasks, offsets and stream times are the modelled
+    topic's (ops/repartition.py); ledger rows, which name input records, are mapped onto it in `gather`."""
+    from backfill.plan.evaluator import repartitioned_records  # the evaluator imports this package's users
+
+    df = repartitioned_records(plan, spark, op.name)
+    reaches = F.col("key").isNotNull()
+    columns = [key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS]
+    offsets = df.where(reaches).select("partition", "offset", "ts", F.lit(True).alias("_r"))
+    kept = df.where(reaches)
+    return kept.select(*columns), kept.select(*columns, "st", "_origin"), offsets
 
 
 def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None,
@@ -144,6 +159,11 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
         late = (ledger.where((F.col("operator") == op.name) & (F.col("reason") == "late"))
                 .select(F.col("partition").cast("int"), F.col("offset").cast("long"),
                         F.col("window_start").cast("long"), F.col("stream_time").cast("long")))
+        if "_origin" in records.columns:  # a re-keyed operator: the input record's place in its repartition topic
+            places = records.select(F.col("_origin.partition").alias("_p"), F.col("_origin.offset").alias("_o"),
+                                    "partition", "offset")
+            late = (late.withColumnRenamed("partition", "_p").withColumnRenamed("offset", "_o")
+                    .join(places, ["_p", "_o"]).select("partition", "offset", "window_start", "stream_time"))
     return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
                     ledger_read=ledger is not None, stream_times_from=origin)
 

@@ -204,14 +204,6 @@ def test_missing_input_path_is_a_clear_error(tmp_path, spark):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("window", ["{type: session, gap: 5m, grace: 0ms}",
-                                    "{type: sliding, time_difference: 5m, grace: 0ms}"])
-def test_not_implemented_operator_fails_clearly(tmp_path, spark, window):
-    job = aggregate_job(window, "{n: count()}", "updates").replace("input: s\n", "input: s\n      group_by: value\n")
-    got = run_job(tmp_path, job, {"s": timeline([("k", "a", 1)])})
-    assert got.code == 2 and "group_by: re-keying" in got.stderr and "not implemented yet" in got.stderr
-
-
 def test_copartitioning_mismatch_is_an_ordering_error():
     from backfill.errors import OrderingError
     from backfill.order.tasks import check_copartitioned

@@ -341,7 +341,8 @@ def archive(bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bo
 
 AgainstOpt = Annotated[Optional[list[str]], typer.Option(
     "--against", help="OPERATOR=TABLE_OR_PATH: the streaming output of an operator (Delta, parquet or jsonl; "
-    "path@version for a Delta version). Repeat for several operators.")]
+    "path@version for a Delta version; kafka://HOST:PORT/TOPIC for its output topic). Repeat for several "
+    "operators.")]
 MapOpt = Annotated[Optional[list[str]], typer.Option(
     "--map", help="col=source_col: our column name = the streaming output's column. Repeatable.")]
 ToleranceOpt = Annotated[Optional[list[str]], typer.Option(

@@ -1,5 +1,6 @@
-"""Part: verify. Outputs to compare: a Delta table (optionally `path@version`), a parquet folder or a JSONL
-file/folder."""
+"""Part: verify. Outputs to compare: a Delta table (optionally `path@version`), a parquet folder, a JSONL
+file/folder, or a Kafka topic (`kafka://HOST:PORT/TOPIC`: read whole, committed records only, as its archive
+would hold it)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from pyspark.sql import types as T
 from backfill.errors import SourceError, SpecError
 
 _VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
+_TOPIC = re.compile(r"^kafka://(?P<bootstrap>[^/]+)/(?P<topic>[^/]+)$")
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,12 @@ class TableRef:
 
 
 def parse_ref(text: str, base: str | None = None) -> TableRef:
-    """`path`, `path@version` (Delta), relative to `base` when given; the format is detected from the path."""
+    """`path`, `path@version` (Delta), relative to `base` when given; the format is detected from the path.
+    `kafka://HOST:PORT/TOPIC` names a topic."""
+    if text.startswith("kafka:"):
+        if not _TOPIC.match(text):
+            raise SpecError(f"{text}: a topic is kafka://HOST:PORT/TOPIC, e.g. kafka://127.0.0.1:9092/clicks-per-user")
+        return TableRef(path=text, format="kafka")
     match = _VERSIONED.match(text)
     path, version = (match["path"], int(match["version"])) if match else (text, None)
     if base is not None and not os.path.isabs(path):
@@ -64,12 +71,31 @@ def read_table(spark: SparkSession, ref: TableRef, fallback: T.StructType | None
         from backfill.io.delta import read_delta
 
         return read_delta(spark, ref.path, version=ref.version)
+    if ref.format == "kafka":
+        return read_whole_topic(spark, ref)
     if ref.format == "jsonl":
         df = spark.read.json(ref.path)
         if not df.columns or df.columns == ["_corrupt_record"]:
             return spark.createDataFrame([], fallback or T.StructType([]))
         return df
     return spark.read.parquet(ref.path)
+
+
+def read_whole_topic(spark: SparkSession, ref: TableRef) -> DataFrame:
+    """Every committed record of a topic, in the Kafka-archive shape (`backfill archive`'s columns)."""
+    from backfill.io.kafka import read_kafka, resolve
+    from backfill.jobspec.models import KafkaSpec
+
+    match = _TOPIC.match(ref.path)
+    assert match is not None
+    spec = KafkaSpec(bootstrap=match["bootstrap"], topic=match["topic"], start="earliest")
+    try:
+        ranges = resolve(spec, "kafka", None, None, by_time=False)
+    except SourceError as exc:  # "kafka.topic: ... has no topic": said of the reference instead
+        raise SourceError(f"--against {ref.path}: {str(exc).split(': ', 1)[-1]}") from None
+    return read_kafka(spark, spec, ranges).select(
+        "topic", "partition", "offset", "key", "value", F.unix_millis("timestamp").alias("timestamp"),
+        "timestamp_type", "headers")
 
 
 def apply_mapping(df: DataFrame, mapping: dict[str, str], where: str) -> DataFrame:

@@ -226,3 +226,20 @@ def test_transactional_topics_are_read_as_committed_only(tmp_path, kafka_broker,
     second = archive_topic(spark, kafka_broker.bootstrap, topic, path)
     assert archived() == [(0, b"c0"), (1, b"c1"), (7, b"d0"), (9, b"o0"), (10, b"o1")]
     assert second["records"] == 2
+
+
+def test_verify_against_a_topic_that_is_not_there_is_one_line(tmp_path, kafka_broker, spark):
+    """`--against OP=kafka://HOST:PORT/TOPIC` reads the streaming output from the broker: a malformed reference,
+    an unknown topic and a broker that does not answer each give one line and exit 2."""
+    topic = _topic(kafka_broker, 1, _records(50, 1))
+    job = _job(tmp_path, f"format: kafka, kafka: {{bootstrap: '{kafka_broker.bootstrap}', topic: {topic}}}")
+    assert _run(job)[0] == 0
+    from backfill.io.broker import free_port
+
+    for against, says in ((f"kafka://{kafka_broker.bootstrap}", "a topic is kafka://HOST:PORT/TOPIC"),
+                          (f"kafka://{kafka_broker.bootstrap}/nosuchtopic", "has no topic 'nosuchtopic'"),
+                          (f"kafka://127.0.0.1:{free_port()}/x", "no Kafka broker answered")):
+        got = CliRunner().invoke(app, ["verify", str(job), "--against", f"per_user={against}"])
+        last = got.stderr.strip().splitlines()[-1]  # after the progress lines
+        assert got.exit_code == 2 and last.startswith("error: ") and says in last, got.stderr
+        assert "Traceback" not in got.stderr

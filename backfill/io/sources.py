@@ -5,6 +5,8 @@ tie-break of the task order) and `_problem` (why a record is unreadable, else nu
 """
 from __future__ import annotations
 
+import json
+
 import os
 from dataclasses import dataclass
 
@@ -207,8 +209,10 @@ def _with_corrupt(schema: T.StructType) -> T.StructType:
 
 def _infer_schema(df: DataFrame, text: Column) -> T.StructType:
     """Without value.schema, infer the JSON value schema from the data (one extra pass)."""
-    sample = df.select(text.alias("v")).where("v IS NOT NULL")
-    inferred = df.sparkSession.read.json(sample.rdd.map(lambda r: r.v)).schema
+    spark = df.sparkSession
+    rows = df.select(text.alias("v")).where("v IS NOT NULL")._jdf
+    strings = getattr(rows, "as")(spark._jvm.org.apache.spark.sql.Encoders.STRING())  # no row goes through Python
+    inferred = T.StructType.fromJson(json.loads(spark._jsparkSession.read().json(strings).schema().json()))
     return T.StructType([f for f in inferred.fields if f.name != CORRUPT])
 
 

@@ -65,7 +65,7 @@ def get_spark(profile: str | None = None) -> Any:
         builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     if conf["master"]:
         builder = builder.master(conf["master"])
-    settings = {**DELTA_CONF, **{k: str(v) for k, v in (conf.get("config") or {}).items()}}
+    settings = {**DELTA_CONF, **{k: str(v) for k, v in (conf.get("config") or {}).items()}, **env_config()}
     if "spark.jars.packages" not in settings:  # a cluster profile may name Maven coordinates instead
         settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *project_jars()]))
     for key, value in settings.items():
@@ -75,6 +75,19 @@ def get_spark(profile: str | None = None) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     quiet_python_logs()
     return spark
+
+
+def env_config() -> dict[str, str]:
+    """Spark settings from $BACKFILL_SPARK_CONF (`key=value,key=value`), over the profile's: one machine's
+    adjustment without a profile of its own (the test suite gives each of its Spark drivers a smaller heap)."""
+    text = os.environ.get("BACKFILL_SPARK_CONF", "").strip()
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"BACKFILL_SPARK_CONF: {item!r} is not key=value (e.g. spark.driver.memory=3g)")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def jvm_log() -> Path | None:

@@ -12,6 +12,10 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+# each test worker (and each `backfill` process a test starts) is one Spark driver: the local profile's 8g
+# heap is for 10M-record runs; with two workers, a broker and Kafka Streams beside them, 8g each ran the
+# 24 GiB machine out of memory
+os.environ.setdefault("BACKFILL_SPARK_CONF", "spark.driver.memory=3g")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -67,7 +67,14 @@ public final class Live {
         props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1000);
 
         long haltAfter = args.length > 7 ? Long.parseLong(args[7]) : 0;
-        KafkaStreams streams = new KafkaStreams(topology(args[2], args[3], haltAfter), props);
+        runUntilClosed(new KafkaStreams(topology(args[2], args[3], haltAfter), props));
+    }
+
+    /**
+     * Start the application, print {@code RUNNING} once it runs, exit 1 if it fails; on SIGTERM close it
+     * cleanly (offsets committed, state checkpointed), print {@code CLOSED} and return.
+     */
+    static void runUntilClosed(KafkaStreams streams) throws InterruptedException {
         CountDownLatch closed = new CountDownLatch(1);
         streams.setStateListener((now, before) -> {
             if (now == KafkaStreams.State.RUNNING) {

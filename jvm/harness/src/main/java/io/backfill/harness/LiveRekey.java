@@ -2,7 +2,6 @@ package io.backfill.harness;
 
 import java.time.Duration;
 import java.util.Properties;
-import java.util.concurrent.CountDownLatch;
 
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
@@ -47,26 +46,7 @@ public final class LiveRekey {
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         // keep what the repartition topic received (Kafka Streams deletes consumed records every 30 s)
         props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, Duration.ofDays(1).toMillis());
-        KafkaStreams streams = new KafkaStreams(topology(args[2], args[3]), props);
-        CountDownLatch closed = new CountDownLatch(1);
-        streams.setStateListener((now, before) -> {
-            if (now == KafkaStreams.State.RUNNING) {
-                System.out.println("RUNNING");
-                System.out.flush();
-            }
-            if (now == KafkaStreams.State.ERROR) {
-                System.err.println("the application failed (state ERROR)");
-                System.exit(1);
-            }
-        });
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            boolean clean = streams.close(Duration.ofSeconds(30));
-            System.out.println(clean ? "CLOSED" : "CLOSE TIMED OUT");
-            System.out.flush();
-            closed.countDown();
-        }));
-        streams.start();
-        closed.await();
+        Live.runUntilClosed(new KafkaStreams(topology(args[2], args[3]), props));
     }
 
     static org.apache.kafka.streams.Topology topology(String input, String output) {

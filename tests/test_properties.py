@@ -126,6 +126,13 @@ sinks:
 """
 
 
+def n_schema(tmp_path_factory: Any) -> Path:
+    """The value schema of the random timelines: an object with an integer `n`."""
+    schema = tmp_path_factory.mktemp("schema") / "v.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    return schema
+
+
 def _rows(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> list[str]:
     return sorted(json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True) for r in rows)
 
@@ -136,8 +143,7 @@ def _ledger(rows: list[dict[str, Any]]) -> list[str]:
 
 def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
     """Every window config, both emit modes, 30-40 scenarios each (about 200 per run), whole and ranged."""
-    schema = tmp_path_factory.mktemp("schema") / "v.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    schema = n_schema(tmp_path_factory)
 
     @SETTINGS
     @given(seed=SEEDS)

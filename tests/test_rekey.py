@@ -23,7 +23,7 @@ from backfill.ops.repartition import partition_for as partitions_arrow
 from backfill.reference.repartition import murmur2, partition_for, serialize
 from tests.conftest import examples, write_jsonl
 from tests.golden.harness import aggregate_job, run_job, timeline
-from tests.test_properties import POLICIES, SEEDS, SETTINGS, _ledger, _rows, scenarios
+from tests.test_properties import POLICIES, SEEDS, SETTINGS, _ledger, _rows, n_schema, scenarios
 
 pytestmark = pytest.mark.spark
 CASES = examples()
@@ -222,8 +222,7 @@ def _rekeyed_job(policy: str, schema: str) -> str:
 def test_spark_rekeyed_aggregates_equal_reference(tmp_path_factory, spark):
     """Tumbling, hopping, session, sliding; both emits; 1-3 repartition partitions or the input's count;
     invalid timestamps, null keys (new and old), regressions; whole and ranged."""
-    schema = tmp_path_factory.mktemp("schema") / "v.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    schema = n_schema(tmp_path_factory)
 
     @SETTINGS
     @given(seed=SEEDS)

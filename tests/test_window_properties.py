@@ -8,14 +8,13 @@ store hides windows and sessions a record would otherwise have found.
 """
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 from hypothesis import given
 
 from tests.golden.harness import run_job
-from tests.test_properties import POLICIES, SEEDS, SETTINGS, _job, _ledger, _rows, scenarios
+from tests.test_properties import POLICIES, SEEDS, SETTINGS, _job, _ledger, _rows, n_schema, scenarios
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 WINDOWS = {
@@ -38,8 +37,7 @@ def _aggregations(kind: str) -> str:
 @pytest.mark.parametrize("kind", sorted(WINDOWS))
 def test_spark_equals_reference(tmp_path_factory, spark, kind):
     """Every config of the kind, both emit modes, 30-40 scenarios each, whole and ranged."""
-    schema = tmp_path_factory.mktemp("schema") / "v.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    schema = n_schema(tmp_path_factory)
 
     @SETTINGS
     @given(seed=SEEDS)

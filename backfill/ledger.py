@@ -37,9 +37,10 @@ def ledger_rows(df: DataFrame, *, reason: Column | str, operator: str | None = N
     key_text = F.hex(key) if isinstance(df.schema["key"].dataType, T.BinaryType) else key.cast("string")
     names = ("source", "topic", "partition", "offset")
     where = [F.col(c) for c in names]
-    if "_origin" in df.columns:  # a record of a repartition topic: the row names its input record
+    if "_origin" in df.columns:  # a record of a repartition topic (or a copy): the row names its input record
         where = [F.coalesce(F.col(f"_origin.{c}"), F.col(c)).alias(c) for c in names]
-        rekeyed = F.when(F.col("_origin").isNotNull(), F.when(
+        # a join input copied into a re-keyed join's tasks keeps its topic: nothing to say
+        rekeyed = F.when(F.col("_origin").isNotNull() & ~F.col("topic").eqNullSafe(F.col("_origin.topic")), F.when(
             F.col("partition").isNull(), F.lit("group_by gave a null key: not repartitioned")).otherwise(
             F.concat(F.lit("re-keyed to "), F.col("topic"), F.lit("/"), F.col("partition").cast("string"))))
         detail = rekeyed if detail is None else F.coalesce(detail, rekeyed)

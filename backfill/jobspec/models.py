@@ -219,9 +219,30 @@ class JoinWindowSpec(Strict):
         return self
 
 
+class JoinGroupBy(Strict):
+    """A re-key of one or both join inputs (`selectKey` before the join): each gets a repartition topic."""
+
+    left: Annotated[GroupBySpec | None, BeforeValidator(_group_by)] = None
+    right: Annotated[GroupBySpec | None, BeforeValidator(_group_by)] = None
+
+    @model_validator(mode="after")
+    def _some(self) -> JoinGroupBy:
+        if self.left is None and self.right is None:
+            raise ValueError("@left: give left, right or both (a new key expression or {key, format, partitions})")
+        return self
+
+
+def _join_group_by(value: Any) -> Any:
+    """A bare expression or {key, ...}: both sides get that new key."""
+    if isinstance(value, str) or (isinstance(value, dict) and "key" in value):
+        return {"left": value, "right": value}
+    return value
+
+
 class JoinSpec(Strict):
     left: str
     right: str
+    group_by: Annotated[JoinGroupBy | None, BeforeValidator(_join_group_by)] = None
     how: Literal["inner", "left", "outer"] = "inner"
     window: JoinWindowSpec
     eager: bool = False

@@ -21,7 +21,7 @@ from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
-from backfill.ops.repartition import rekey_why, stream_name
+from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.windows import TimeWindows
 
 if TYPE_CHECKING:

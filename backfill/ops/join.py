@@ -31,6 +31,7 @@ from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
+from backfill.jobspec.rekeys import join_streams, rekey_why
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 
 if TYPE_CHECKING:
@@ -89,14 +90,14 @@ class StreamJoin(Operator):
             return cls(**base, implemented=False, not_implemented_reason=(
                 "self-joins (left and right the same source) are not implemented; declare the topic twice"))
         formats = {s: job.spec.sources[s].key.format for s in spec.inputs}
-        if len(set(formats.values())) > 1:
+        if len(set(formats.values())) > 1 and join_spec.group_by is None:
             raise SpecError(f"{job.path}: operators.{spec.name}.join: key formats differ ({join_spec.left}: "
                             f"{formats[join_spec.left]}, {join_spec.right}: {formats[join_spec.right]}); "
                             "co-partitioned join inputs share one key serde")
         # a result at ts >= start pairs records >= start - max(before, after); one retention more lets the
         # outer store settle (its emission heuristic depends on history, kafka-streams.md 10.4 step 1)
         warmup = max(w.before, w.after, 0) + w.retention
-        why = []
+        why = rekey_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - warmup} are read (max(before, after) + before "
                        "+ after + grace before --start): both records of every result at or after --start")
@@ -119,8 +120,10 @@ class StreamJoin(Operator):
     def count_columns(self, live: Column) -> list[Column]:
         """Records reaching the join and those it skips for a null key or value (10.2 steps 2-3)."""
         spec = self.join_spec
-        mine = F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull() & live
-        outer = {"inner": [], "left": [spec.left], "outer": [spec.left, spec.right]}[spec.how]
+        assert self.spec is not None
+        left, right = join_streams(self.spec)
+        mine = F.col("source").isin(left, right) & F.col("_drop").isNull() & live
+        outer = {"inner": [], "left": [left], "outer": [left, right]}[spec.how]
         forwarded = (F.col("source").isin(*outer) if outer and self.rules.join_null_keys_reach_join else F.lit(False)) \
             & F.col("value").isNotNull()
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
@@ -162,9 +165,10 @@ def stream_time_columns(op: OperatorSpec, st: str, rules: versions.Profile) -> d
     live = F.col("_drop").isNull()
     written = live & F.col("key").isNotNull() & F.col("value").isNotNull()  # null puts are ignored (9)
     advancing = live if rules.join_time_before_null_check else written
-    return {st: advancing & F.col("source").isin(spec.left, spec.right),
-            f"{st}_l": written & (F.col("source") == spec.left),
-            f"{st}_r": written & (F.col("source") == spec.right)}
+    left, right = join_streams(op)
+    return {st: advancing & F.col("source").isin(left, right),
+            f"{st}_l": written & (F.col("source") == left),
+            f"{st}_r": written & (F.col("source") == right)}
 
 
 def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile) -> OperatorResult:
@@ -173,7 +177,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     assert spec is not None
     w = JoinWindows.of(spec)
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
-    recs = _records(ordered, spec, st, w)  # a projection of the task order, which the caller materialises
+    recs = _records(ordered, op, st, w)  # a projection of the task order, which the caller materialises
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
     rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True))
     if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
@@ -206,15 +210,19 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete, cached=cached)
 
 
-def _records(ordered: DataFrame, spec: JoinSpec, st: str, w: JoinWindows) -> DataFrame:
+def _records(ordered: DataFrame, op: OperatorSpec, st: str, w: JoinWindows) -> DataFrame:
     """Both inputs with side, outer flag, ST_j, the stores' times, `to` and whether the write is refused."""
-    side = F.when(F.col("source") == spec.left, F.lit(LEFT)).otherwise(F.lit(RIGHT))
+    spec = op.join
+    assert spec is not None
+    left, right = join_streams(op)
+    side = F.when(F.col("source") == left, F.lit(LEFT)).otherwise(F.lit(RIGHT))
     own = F.when(side == LEFT, F.col(f"{st}_l")).otherwise(F.col(f"{st}_r"))
     other = F.when(side == LEFT, F.col(f"{st}_r")).otherwise(F.col(f"{st}_l"))
     ahead = F.when(side == LEFT, F.lit(w.after)).otherwise(F.lit(w.before))
     outer = side.isin(*outer_sides(spec)) if outer_sides(spec) else F.lit(False)
-    return ordered.where(F.col("source").isin(spec.left, spec.right) & F.col("_drop").isNull()).select(
-        "task", "seq", "source", "topic", "partition", "offset", "key", "value", "ts", "timestamp",
+    origin = ["_origin"] if "_origin" in ordered.columns else []  # a re-keyed join names its input records
+    return ordered.where(F.col("source").isin(left, right) & F.col("_drop").isNull()).select(
+        "task", "seq", "source", "topic", "partition", "offset", *origin, "key", "value", "ts", "timestamp",
         side.alias("_side"), outer.alias("_outer"), F.col(st).alias("_stj"), own.alias("_sst_own"),
         other.alias("_sst_other"), F.greatest(F.lit(0), F.col("ts") + ahead).alias("_to"),
         # an expired write is dropped (in-memory store; RocksDB hides it on read): kafka-streams.md 9
@@ -344,7 +352,9 @@ def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFra
     forwarded = F.col("_outer") & F.col("value").isNotNull() & F.lit(rules.join_null_keys_reach_join)
     null_key = recs.where(F.col("key").isNull() & ~forwarded)
     null_value = recs.where(F.col("key").isNotNull() & F.col("value").isNull())
-    return ledger_rows(null_key, reason=NULL_KEY, operator=name, stream_time=F.col("_stj"),
+    # a null new key of a re-keyed join never reaches a task (ops/repartition.py): no stream time
+    return ledger_rows(null_key, reason=NULL_KEY, operator=name, stream_time=F.when(F.col("task").isNotNull(),
+                                                                                    F.col("_stj")),
                        range_time=F.col("ts")).unionByName(
         ledger_rows(null_value, reason=NULL_VALUE, operator=name, stream_time=F.col("_stj"),
                     range_time=F.col("ts")))

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from backfill.ops.aggregate import reaches
 from backfill.ops.base import Operator, OperatorCounts, in_source
 from backfill.ops.expressions import compile_aggregations
-from backfill.ops.repartition import stream_name
+from backfill.jobspec.rekeys import stream_name
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Part: operators. Re-keying (`group_by`): the repartition topic Kafka Streams inserts before a re-keyed
-aggregate (kafka-streams.md 12), as records of a derived source.
+aggregate or join (kafka-streams.md 12), as records of a derived source (jobspec/rekeys.py names them).
 
 The upstream task evaluates the new key for each record it processes, in its order. A null new key never
 reaches the repartition topic (Kafka Streams filters it silently; here it is a `null_key` ledger row of the
-operator). Any other record is written to partition `(murmur2(serialized key) & 0x7fffffff) % partitions`
-of `<operator>-repartition`, keeping its value and timestamp. The downstream task `q` reads partition `q`
-in offset order, with its own stream time.
+operator), except before the outer side of a left/outer join (3.7+). Any other record is written to
+partition `(murmur2(serialized key) & 0x7fffffff) % partitions` of the topic, keeping its value and
+timestamp. The downstream task `q` reads partition `q` in offset order, with its own stream time; a join's
+task merges it with partition `q` of the other input (re-keyed too, or read as it is: `as_is`).
 
 What no batch can know is the order inside a repartition partition: every upstream task appends to it
 and the broker interleaves their batches in arrival order. The model: records keep each upstream
@@ -30,34 +31,10 @@ from pyspark.sql import types as T
 
 from backfill.errors import SpecError
 from backfill.jobspec.models import GroupBySpec, OperatorSpec
+from backfill.jobspec.rekeys import Rekey, repartition_count
 
-SUFFIX = "-repartition"
 # Spark type of the new key -> the Kafka serializer that writes it (its bytes are what is hashed)
 FORMATS = {T.StringType: "string", T.LongType: "long", T.IntegerType: "int", T.BinaryType: "bytes"}
-
-
-def regrouped(op: OperatorSpec) -> GroupBySpec | None:
-    """The operator's re-key, if it has one."""
-    return op.aggregate.group_by if op.aggregate is not None else None
-
-
-def stream_name(op: OperatorSpec) -> str:
-    """The source an aggregate reads: its input, or its repartition topic when it re-keys."""
-    assert op.aggregate is not None
-    return f"{op.name}{SUFFIX}" if op.aggregate.group_by else op.aggregate.input
-
-
-def rekey_why(op: OperatorSpec) -> list[str]:
-    """What `plan` says about a re-keyed operator's repartition topic."""
-    spec = regrouped(op)
-    if spec is None:
-        return []
-    assert op.aggregate is not None
-    count = f"{spec.partitions} partition{'s' if spec.partitions > 1 else ''}" if spec.partitions else f"as many partitions as {op.aggregate.input}"
-    return [f"re-key: each record of {op.aggregate.input} gets the key {spec.key} and is written to "
-            f"{stream_name(op)} ({count}, partition = murmur2 of the serialized key); a null key is dropped "
-            "there (ledger: null_key). Each partition interleaves the upstream tasks by the partition time at "
-            "which they processed the record (a model: the real interleaving depends on timing)"]
 
 
 # ---------------------------------------------------------------------------------------------- murmur2
@@ -134,55 +111,64 @@ def key_bytes(key: Column, dtype: T.DataType, fmt: str) -> Column:
     return F.unhex(F.substring(F.lpad(F.hex(key.cast("int").cast("long")), 16, "0"), 9, 8))
 
 
-def new_key_format(op_name: str, spec: GroupBySpec, dtype: T.DataType) -> str:
+def new_key_format(where: str, spec: GroupBySpec, dtype: T.DataType) -> str:
     """The serializer of the new key: declared, else by its Spark type; a type without one is an error."""
     if spec.format is not None:
         return spec.format
     for cls, fmt in FORMATS.items():
         if isinstance(dtype, cls):
             return fmt
-    raise SpecError(f"operators.{op_name}.aggregate.group_by.key: {spec.key!r} gives {dtype.simpleString()}, "
+    raise SpecError(f"{where}.key: {spec.key!r} gives {dtype.simpleString()}, "
                     "which has no Kafka serializer here; serialize it yourself (e.g. to_json(...) or "
-                    "cast(... as string)) or set group_by.format: string | long | int | bytes")
+                    f"cast(... as string)) or set {where}.format: string | long | int | bytes")
 
 
-def repartition(op: OperatorSpec, upstream: DataFrame, partitions: int, beyond: Column) -> DataFrame:
-    """The records of the operator's repartition topic, built from the upstream records in task order.
+DERIVED_DROPS = ("task", "seq", "_partition_time", "_partition_time_before")
+
+
+def _origin() -> Column:
+    return F.struct(F.col("source"), F.col("topic"), F.col("partition"), F.col("offset"))
+
+
+def repartition(rekey: Rekey, upstream: DataFrame, partitions: int, beyond: Column) -> DataFrame:
+    """The records of a repartition topic, built from the upstream records in task order.
 
     `upstream`: the ordered records (with `_partition_time`); `beyond`: records past the run's cool-down
-    (never processed upstream, so never re-keyed). Returns records of source `<op>-repartition` with
-    `partition` and `offset` in that topic; a null new key keeps partition and offset null.
+    (never processed upstream, so never re-keyed). Returns records of source `rekey.topic` with `partition`
+    and `offset` in that topic; a null new key keeps partition and offset null, unless it passes
+    (`keep_null`): then it goes to the upstream partition's number modulo the count.
     """
-    spec = regrouped(op)
-    assert spec is not None and op.aggregate is not None
-    mine = upstream.where((F.col("source") == op.aggregate.input) & F.col("_drop").isNull() & ~beyond)
-    where = f"operators.{op.name}.aggregate.group_by.key"
+    mine = upstream.where((F.col("source") == rekey.input) & F.col("_drop").isNull() & ~beyond)
+    spec = rekey.spec
     try:
         new_key = F.expr(spec.key)
         dtype = mine.select(new_key.alias("k")).schema["k"].dataType
     except Exception as exc:  # analysis errors: an unknown column, a bad expression
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"{where}: {spec.key!r} is not a valid Spark SQL expression over the record "
+        raise SpecError(f"{rekey.where}.key: {spec.key!r} is not a valid Spark SQL expression over the record "
                         f"(key, value.<field>, ts, timestamp, partition, offset, headers): {first}") from None
-    fmt = new_key_format(op.name, spec, dtype)
-    name = stream_name(op)
-    origin = F.struct(F.col("source"), F.col("topic"), F.col("partition"), F.col("offset"))
-    keyed = (mine.withColumn("_origin", origin).withColumn("_new_key", new_key)
-             .withColumn("_q", F.when(F.col("_new_key").isNotNull(),
-                                      _partition_udf(partitions)(key_bytes(F.col("_new_key"), dtype, fmt)))))
+    fmt = new_key_format(rekey.where, spec, dtype)
+    q = F.when(F.col("_new_key").isNotNull(), _partition_udf(partitions)(key_bytes(F.col("_new_key"), dtype, fmt)))
+    if rekey.keep_null:
+        q = F.coalesce(q, F.col("partition") % F.lit(partitions))
+    keyed = mine.withColumn("_origin", _origin()).withColumn("_new_key", new_key).withColumn("_q", q)
     # offset order in each repartition partition: the modelled interleaving (module docstring)
     arrival = Window.partitionBy("_q").orderBy("_partition_time", F.col("_origin.partition"),
                                                F.col("_origin.offset"))
     offset = F.when(F.col("_q").isNotNull(), F.row_number().over(arrival) - 1).cast("long")
     return (keyed.withColumn("offset", offset)
             .withColumn("partition", F.col("_q")).withColumn("key", F.col("_new_key"))
-            .withColumn("source", F.lit(name)).withColumn("topic", F.lit(name))
-            .drop("_new_key", "_q", "task", "seq", "_partition_time", "_partition_time_before"))
+            .withColumn("source", F.lit(rekey.topic)).withColumn("topic", F.lit(rekey.topic))
+            .drop("_new_key", "_q", *DERIVED_DROPS))
+
+
+def as_is(upstream: DataFrame, source: str, stream: str, beyond: Column) -> DataFrame:
+    """A join input read as it is by a re-keyed join's tasks: its records under the stream's name, with their
+    own coordinates as origin."""
+    mine = upstream.where((F.col("source") == source) & F.col("_drop").isNull() & ~beyond)
+    return mine.withColumn("_origin", _origin()).withColumn("source", F.lit(stream)).drop(*DERIVED_DROPS)
 
 
 def partitions_of(op: OperatorSpec, declared: Mapping[str, int | None], observed: Mapping[str, int]) -> int:
-    """The repartition topic's partition count: declared on the group_by, else the input topic's (Kafka
-    Streams sizes a repartition topic like the source topics of the sub-topology that writes it)."""
-    spec = regrouped(op)
-    assert spec is not None and op.aggregate is not None
-    return spec.partitions or declared.get(op.aggregate.input) or max(observed.get(op.aggregate.input, 0), 1)
+    """The repartition topics' partition count (jobspec/rekeys.py), input counts declared, else observed."""
+    return repartition_count(op, lambda source: declared.get(source) or max(observed.get(source, 0), 1))

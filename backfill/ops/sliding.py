@@ -25,7 +25,7 @@ from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows
-from backfill.ops.repartition import rekey_why, stream_name
+from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE

@@ -30,7 +30,8 @@ from backfill.io.sinks import Staged, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
-from backfill.ops.repartition import partitions_of, regrouped, repartition, stream_name
+from backfill.jobspec.rekeys import copied, rekeys, stream_name
+from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
 from backfill.ranges import in_range, instant
@@ -141,7 +142,7 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     A re-keyed operator (`group_by`) reads its repartition topic instead: its records are derived from the
     upstream tasks' order (ops/repartition.py), then ordered per downstream task; both are one frame.
     """
-    rekeyed = [op for op in plan.operators if op.spec is not None and regrouped(op.spec) is not None]
+    rekeyed = [op for op in plan.operators if op.spec is not None and rekeys(op.spec)]
     stream_times = {name: col for op in plan.operators if op not in rekeyed
                     for name, col in op.stream_time_columns().items()}
     ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1)
@@ -153,11 +154,12 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
 
 def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekeyed: list[Operator],
                        summary: RunSummary, stored: list[DataFrame]) -> DataFrame:
-    """The ordered records plus each re-keyed operator's repartition topic, ordered per downstream task."""
+    """The ordered records plus each re-keyed operator's repartition topics (and, for a join, the input it
+    reads as it is), ordered per downstream task."""
     declared = {s.name: (s.spec.partitions if s.spec is not None else None)
                 or summary.inputs.get(s.name, {}).get("partitions") for s in plan.sources}
-    inputs = {op.name: op.inputs[0] for op in rekeyed}
-    unknown = {inputs[op.name] for op in rekeyed if not declared.get(inputs[op.name])}
+    needed = {src for op in rekeyed if op.spec is not None for src in op.spec.inputs}
+    unknown = {src for src in needed if not declared.get(src)}
     observed = {r["source"]: r["n"] + 1 for r in records.where(F.col("source").isin(*unknown))
                 .groupBy("source").agg(F.max("partition").alias("n")).collect()} if unknown else {}
     # the upstream order, stored once: each repartition is built from it (a small plan instead of the whole
@@ -165,15 +167,18 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
     ordered = ordered.localCheckpoint(eager=False)
     stored.append(ordered)
     frames = [ordered]
+    beyond = _beyond(plan)
     for op in rekeyed:
         assert op.spec is not None
         n = partitions_of(op.spec, declared, observed)
-        derived = repartition(op.spec, ordered, n, _beyond(plan))
-        frames.append(order_records(derived, op.stream_time_columns(), single_queue=True))
-        group = regrouped(op.spec)
-        assert group is not None and op.spec.aggregate is not None
-        summary.repartitions[stream_name(op.spec)] = {"from": op.spec.aggregate.input, "key": group.key,
-                                                      "partitions": n, "operator": op.name}
+        rules = getattr(op, "rules", None)
+        topics = rekeys(op.spec, rules.join_null_keys_reach_join if rules is not None else True)
+        parts = [repartition(r, ordered, n, beyond) for r in topics]
+        parts += [as_is(ordered, src, name, beyond) for src, name in copied(op.spec)]
+        derived = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1))
+        for r in topics:
+            summary.repartitions[r.topic] = {"from": r.input, "key": r.spec.key, "partitions": n, "operator": op.name}
     types = {f.dataType for df in frames for f in df.schema.fields if f.name == "key"}
     if len(types) > 1:  # a new key of another type than the sources' keys: one column, as text
         frames = [df.withColumn("key", F.col("key").cast("string")) for df in frames]
@@ -332,6 +337,7 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     topic = F.when(named, F.xxhash64("topic"))
     cols += [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
     rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
+    copies = {name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
@@ -340,6 +346,8 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
                                        if i.get("partitions")})
     for r in rows:
         src = r["source"]
+        if src in copies:  # a join input copied into a re-keyed join's tasks: counted as its source
+            continue
         if src in summary.repartitions:  # a derived topic: its records are counted by their source already
             topic = summary.repartitions[src]
             what = "records" if r["task"] is not None else "null_keys"  # a null new key is never written
@@ -372,7 +380,7 @@ def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[
     declared = {s.name: (s.spec.partitions if s.spec is not None else None) or summary_partitions.get(s.name)
                 for s in plan.sources}
     for op in plan.operators:
-        if len(op.inputs) > 1 and op.copartitioned:
+        if len(op.inputs) > 1 and op.copartitioned and not (op.spec is not None and rekeys(op.spec)):
             check_copartitioned({s: declared.get(s) or observed.get(s, 0) for s in op.inputs}, op.name)
 
 

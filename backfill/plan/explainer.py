@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from backfill.jobspec.rekeys import copied, rekeys
 from backfill.plan.definition import Plan
 
 
@@ -52,9 +53,9 @@ def explain(plan: Plan) -> str:
                      f"(invalid: {s.on_invalid}); order = {order}{bounds}")
     for o in plan.operators:
         state = "" if o.implemented else f"  [NOT IMPLEMENTED: {o.not_implemented_reason}]"
-        rekeyed = o.spec is not None and o.spec.aggregate is not None and o.spec.aggregate.group_by is not None
+        topics = [r.topic for r in rekeys(o.spec)] + [src for src, _ in copied(o.spec)] if o.spec is not None else []
         tasks = "per state key" if o.kind == "rules" else \
-            f"tasks = partitions of {o.name}-repartition" if rekeyed else "tasks = input partitions"
+            f"tasks = partitions of {' and '.join(topics)}" if topics else "tasks = input partitions"
         lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; {tasks}"
                      + f" -> {o.sink or '(no sink: counted only)'}{state}")
         lines.extend(f"  {why}" for why in o.why)

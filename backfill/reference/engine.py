@@ -19,11 +19,12 @@ from backfill.errors import SourceError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
+from backfill.jobspec.rekeys import copied, rekeys, repartition_count
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.flinkrules import run_rules
 from backfill.reference.join import StreamJoin
 from backfill.reference.records import ledger_row, read_records
-from backfill.reference.repartition import Repartition
+from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
@@ -225,15 +226,13 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
             queues_by_task[partition].append(Queue(name, rank, recs, spec.timestamp, spec.on_error, result,
                                                    read_from, read_until, given_order=bool(spec.order_by)))
     for op in job.spec.operators:
-        if op.join is not None:  # co-partitioned inputs (declared `partitions:`, else max partition + 1)
+        if op.join is not None and not rekeys(op):  # co-partitioned inputs (declared, else max partition + 1)
             check_copartitioned({s: partitions.get(s, 0) for s in op.inputs}, op.name)
-    repartitions = {op.name: Repartition(op, op.aggregate.group_by.partitions or partitions.get(op.aggregate.input)
-                                         or 1)
-                    for op in job.spec.operators if op.aggregate is not None and op.aggregate.group_by is not None}
+    repartitions = _routes(job, partitions)
     for task in sorted(queues_by_task):
         _run_task(job, task, queues_by_task[task], result, repartitions)
-    for name, topic in repartitions.items():  # the downstream tasks, each reading its repartition partition
-        _run_downstream(job, job.spec.operator(name), topic, result)
+    for name, routes in repartitions.items():  # the downstream tasks, each reading its partitions
+        _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
     _apply_range(job, result)
     result.duration_s = time.time() - started
     return result
@@ -265,8 +264,24 @@ def _run_rules(job: Job, result: ReferenceResult) -> None:
         run_rules(op, records[op.rules.input], records[op.rules.rules], given, result)
 
 
+def _routes(job: Job, partitions: dict[str, int]) -> dict[str, dict[str, Repartition | AsIs]]:
+    """Per re-keyed operator, where each input's records go: a repartition topic, or (a join input kept as it
+    is) the join's own tasks."""
+    rules = versions.profile(job.spec.kafka_streams)
+    ranks = {name: rank for rank, name in enumerate(job.spec.sources)}
+    routes: dict[str, dict[str, Repartition | AsIs]] = {}
+    for op in job.spec.operators:
+        topics = rekeys(op, rules.join_null_keys_reach_join)
+        if not topics:
+            continue
+        n = repartition_count(op, lambda source: partitions.get(source) or 1)
+        routes[op.name] = {r.input: Repartition(r, n, ranks[r.input]) for r in topics}
+        routes[op.name].update({src: AsIs(name, ranks[src]) for src, name in copied(op)})
+    return routes
+
+
 def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
-              repartitions: dict[str, Repartition]) -> None:
+              repartitions: dict[str, dict[str, Repartition | AsIs]]) -> None:
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank).
     A re-keyed operator's records go to its repartition topic instead (12)."""
     rules = versions.profile(job.spec.kafka_streams)
@@ -279,7 +294,7 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
             if queue.source not in op.inputs:
                 continue
             if op.name in repartitions:
-                _rekey(op, repartitions[op.name], rec, queue.processed_time, result)
+                _rekey(op, repartitions[op.name][queue.source], rec, queue.processed_time, result)
             else:
                 ops[op.name].process(rec, seq)
         order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
@@ -290,23 +305,44 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
         agg.finish()
 
 
-def _rekey(op: OperatorSpec, topic: Repartition, rec: dict[str, Any], partition_time: int,
+def _rekey(op: OperatorSpec, topic: Repartition | AsIs, rec: dict[str, Any], partition_time: int,
            result: ReferenceResult) -> None:
-    """KStream#groupBy: a null new key is filtered before the topic (a ledger row here); others are written."""
+    """KStream#groupBy / selectKey: a null new key is filtered before the topic (a ledger row here) unless it
+    passes (a left/outer join side, 3.7+); others are written. An input kept as it is goes on unchanged."""
+    if isinstance(topic, AsIs):
+        topic.write(rec, rec["key"], partition_time)
+        return
     key = topic.new_key(rec)
-    if key is None:
+    if key is None and not topic.rekey.keep_null:
         result.ledger.append(ledger_row({**rec, "key": None}, op.name, "null_key", rec["ts"], None, None,
                                         detail="group_by gave a null key: not repartitioned", range_time=rec["ts"]))
         return
     topic.write(rec, key, partition_time)
 
 
-def _run_downstream(job: Job, op: OperatorSpec, topic: Repartition, result: ReferenceResult) -> None:
-    """Each downstream task reads one partition of the repartition topic in offset order (one queue)."""
+class _Stream:
+    """A downstream queue over records already extracted: one partition of a derived topic."""
+
+    given_order = False
+
+    def __init__(self, rank: int, records: list[dict[str, Any]]) -> None:
+        self.rank, self.records, self.pos = rank, records, 0
+        self.head = records[0] if records else None
+
+    def poll(self) -> dict[str, Any]:
+        rec = self.records[self.pos]
+        self.pos += 1
+        self.head = self.records[self.pos] if self.pos < len(self.records) else None
+        return rec
+
+
+def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs], result: ReferenceResult) -> None:
+    """Each downstream task reads its partition of every topic of the operator, merged by head timestamp."""
     rules = versions.profile(job.spec.kafka_streams)
-    for q in sorted(topic.written):
+    for q in sorted({q for t in topics for q in t.written}):
         processor = _processor(op, q, result, rules)
-        for seq, rec in enumerate(topic.partition(q), 1):
+        streams = [_Stream(t.rank, t.partition(q)) for t in topics]
+        for seq, (_, rec) in enumerate(_task_order(streams, given=False), 1):  # type: ignore[arg-type]
             processor.process(rec, seq)
         processor.finish()
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from backfill.jobspec import versions
 from backfill.jobspec.models import OperatorSpec
+from backfill.jobspec.rekeys import join_streams
 from backfill.reference.expr import compile_scalar
 from backfill.reference.records import ledger_row
 from backfill.reference.rules import (IMMEDIATE, JAVA_MAX, JOINED, JOINER_FIELDS, LEFT, RIGHT, TRIGGERED, JoinWindows,
@@ -37,7 +38,7 @@ class StreamJoin:
         spec = op.join
         assert spec is not None
         self.name, self.task, self.result = op.name, task, result
-        self.left, self.right = spec.left, spec.right
+        self.left, self.right = join_streams(op)  # the sources, or a re-keyed join's streams
         self.windows = JoinWindows.of(op)
         self.outer_sides = {"inner": set(), "left": {LEFT}, "outer": {LEFT, RIGHT}}[spec.how]
         self.joiner = compile_scalar(spec.value)

@@ -239,8 +239,9 @@ def ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp
     """One row of the dropped-records ledger (LEDGER_SCHEMA's columns) for `rec`."""
     key = rec.get("key")
     origin = rec.get("_origin")
-    if origin is not None:  # a record of a repartition topic: the row names its input record
-        detail = detail or f"re-keyed to {rec['topic']}/{rec['partition']}"
+    if origin is not None:  # a record of a repartition topic (or a copy): the row names its input record
+        if rec["topic"] != origin["topic"]:
+            detail = detail or f"re-keyed to {rec['topic']}/{rec['partition']}"
         rec = {**rec, **origin}
     return {"source": rec["source"], "topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"],
             "key": None if key is None else (key.hex() if isinstance(key, bytes) else str(key)),

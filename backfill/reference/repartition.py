@@ -1,6 +1,7 @@
 """Part: reference engine. Re-keying (`group_by`) one record at a time: the new key, its serialized bytes,
 Kafka's murmur2 partitioner, and the modelled order inside each repartition partition
-(kafka-streams.md 12; the Spark side is ops/repartition.py, whose docstring states the model).
+(kafka-streams.md 12; the Spark side is ops/repartition.py, whose docstring states the model). A re-keyed
+join also reads the input it keeps as it is, merged with the repartition partitions in its own tasks.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from backfill.errors import SpecError
-from backfill.jobspec.models import OperatorSpec
+from backfill.jobspec.rekeys import Rekey
 from backfill.reference.expr import compile_scalar
 
 MASK = 0xFFFFFFFF
@@ -64,26 +65,27 @@ def serialize(key: Any, fmt: str | None) -> bytes:
 
 
 class Repartition:
-    """One re-keyed operator's repartition topic: filled by the upstream tasks, read by the downstream ones."""
+    """One repartition topic: filled by the upstream tasks, read by the downstream ones."""
 
-    def __init__(self, op: OperatorSpec, partitions: int) -> None:
-        assert op.aggregate is not None and op.aggregate.group_by is not None
-        self.op, self.partitions = op, partitions
-        self.name = f"{op.name}-repartition"
-        self.spec = op.aggregate.group_by
+    def __init__(self, rekey: Rekey, partitions: int, rank: int) -> None:
+        self.rekey, self.partitions, self.rank = rekey, partitions, rank
+        self.name = rekey.topic
+        self.spec = rekey.spec
         try:
             self.key = compile_scalar(self.spec.key)
         except SpecError as exc:
-            raise SpecError(f"operators.{op.name}.aggregate.group_by.key: {exc}") from None
+            raise SpecError(f"{rekey.where}.key: {exc}") from None
         self.written: dict[int, list[tuple[int, int, int, dict[str, Any]]]] = defaultdict(list)
 
     def new_key(self, rec: dict[str, Any]) -> Any:
-        """The record's new key (None: it is filtered before the topic)."""
+        """The record's new key (None: it is filtered before the topic, unless the rekey lets it pass)."""
         return self.key(rec)
 
     def write(self, rec: dict[str, Any], key: Any, partition_time: int) -> None:
-        """Append the re-keyed record, remembering where the upstream task was (the interleaving model)."""
-        q = partition_for(serialize(key, self.spec.format), self.partitions)
+        """Append the re-keyed record, remembering where the upstream task was (the interleaving model). A
+        null key that passes goes to the upstream partition's number (the real producer picks one)."""
+        q = rec["partition"] % self.partitions if key is None else \
+            partition_for(serialize(key, self.spec.format), self.partitions)
         origin = {c: rec[c] for c in ("source", "topic", "partition", "offset")}
         self.written[q].append((partition_time, rec["partition"], rec["offset"],
                                 {**rec, "key": key, "_origin": origin}))
@@ -93,3 +95,18 @@ class Repartition:
         rows = sorted(self.written.get(q, []), key=lambda w: w[:3])
         return [{**rec, "source": self.name, "topic": self.name, "partition": q, "offset": i}
                 for i, (*_, rec) in enumerate(rows)]
+
+
+class AsIs:
+    """A join input that a re-keyed join reads as it is: its processed records, per partition, in offset order."""
+
+    def __init__(self, name: str, rank: int) -> None:
+        self.name, self.rank = name, rank
+        self.written: dict[int, list[dict[str, Any]]] = defaultdict(list)
+
+    def write(self, rec: dict[str, Any], key: Any, partition_time: int) -> None:
+        origin = {c: rec[c] for c in ("source", "topic", "partition", "offset")}
+        self.written[rec["partition"]].append({**rec, "source": self.name, "_origin": origin})
+
+    def partition(self, q: int) -> list[dict[str, Any]]:
+        return self.written.get(q, [])

@@ -337,21 +337,41 @@ def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker
             open_windows[p].discard(w)
             if commits[p] <= o < max(applied[p]) + 1:
                 closed_in_range.add(w)
+    # The real engine is the judge of what the restored store held: the application's output says, per
+    # window fed twice, whether it counted the records again (inflated) or came out of the restart with less
+    # than the window holds (lost). The model above (expiry by the newest window the store held) agrees with
+    # it on all but a window or two: in some runs (about one in five) a window on the retention edge goes the
+    # other way, which the test cannot see from outside (the restore's timing).
+    gold = {(r["key"], r["window_start"]): r["clicks"] for r in spark.read.format("delta").load(
+        str(tmp_path / "gold")).select("key", "window_start", "clicks").collect()}
+    emitted: dict[tuple[str, int], set[int]] = {}
+    for r in spark.read.format("delta").load(str(tmp_path / "out")).select("key", "value").collect():
+        key = bytes(r["key"])
+        w = (key[:-8].decode(), int.from_bytes(key[-8:], "big"))  # windowed key: the key, then the start
+        emitted.setdefault(w, set()).add(json.loads(bytes(r["value"]).decode())["clicks"])
+    inflated = {w for w in touched if gold[w] + touched[w] in emitted.get(w, set())}
+    lost = {w for w in touched if w not in inflated and sizes[w] > 1 and min(emitted.get(w, {0})) < gold[w]}
+    alone = {w for w in touched if sizes[w] == 1 and emitted.get(w) == {gold[w]}}  # lost, but one record
     causes = section["causes"]
     print(json.dumps({"commits": commits, "applied_twice": {p: (min(o), max(o), len(o)) for p, o in twice.items() if o},
                       "windows_fed_twice": len(touched), "expired_in_restored_store": len(expired),
+                      "inflated": len(inflated), "lost": len(lost), "lost_alone": len(alone),
+                      "model_differs": sorted((set(touched) - expired) ^ inflated),
                       "closed_after_commit": len(closed_in_range),
                       "counts": section["counts"], "causes": causes, "restarts": section["restarts"]}))
     assert checked.exit_code == 0 and verdict["verdict"] == "explained", causes
     assert causes["unexplained"] == 0 and causes["duplicate_delivery"] == 0
-    # every window fed twice is either inflated (applied twice) or lost (expired in the restored store; one
-    # record alone is then the whole window only when it had one record)
-    assert causes["reprocessed_after_restart"] == len(set(touched) - expired)
-    assert causes["state_lost_on_restore"] == len([w for w in expired if sizes[w] > 1])
-    assert causes["reprocessed_after_restart"] > 0 and causes["state_lost_on_restore"] > 0
-    # the windows closed after the commit whose value did not change were emitted again, unchanged
-    changed = set(touched) - {w for w in expired if sizes[w] == 1}
-    assert causes["reemitted"] == len(closed_in_range - changed) > 0
+    # every window fed twice is inflated (applied twice) or lost (expired in the restored store; one record
+    # alone is then the whole window only when it had one record), and the model agrees but for a window or two
+    assert inflated | lost | alone == set(touched)
+    assert len((set(touched) - expired) ^ inflated) <= 2
+    assert causes["reprocessed_after_restart"] == len(inflated) > 0
+    assert causes["state_lost_on_restore"] == len(lost) > 0
+    # the windows closed after the commit whose value did not change were emitted again, unchanged; verify
+    # names a lost one-record window that its model expects inflated `late_drop_differs` (never counted twice)
+    changed = inflated | lost
+    assert causes["reemitted"] + causes["late_drop_differs"] == len(closed_in_range - changed) > 0
+    assert causes["late_drop_differs"] <= len(alone - expired)
     for x in section["samples"]:
         w = (x["key"], x["window_start"])
         if x["cause"] == "reprocessed_after_restart":  # the stream counted the records fed twice once more
@@ -359,7 +379,7 @@ def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker
             assert {r["status"] for r in x["records"]} == {"applied twice"}
             assert len(x["records"]) == min(touched[w], 12) and x["restart_from"] >= commits[x["task"]]
         if x["cause"] == "state_lost_on_restore":
-            assert w in expired and x["r_clicks"] == 1 < x["l_clicks"]
+            assert w in lost and x["r_clicks"] == 1 < x["l_clicks"]
         if x["cause"] == "reemitted":
             assert w in closed_in_range and x["_rows"] == 2
     # the incident, per task: where it restarted (the commit) and what the restart did there
@@ -369,5 +389,5 @@ def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker
         assert (t["committed_offset"], t["restart_offset"], t["restart_offset_from"]) == (commits[p], commits[p],
                                                                                            "--commits")
         mine = {w for w in touched if task_of[w[0]] == p}
-        assert t["windows"]["reprocessed_after_restart"] == len(mine - expired)
+        assert t["windows"]["reprocessed_after_restart"] == len(mine & inflated)
         assert t["reprocessed_through"] <= max(twice[p])

@@ -49,15 +49,18 @@ class SourceRead:
 
 
 def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: int | None = None,
-                read_until: int | None = None) -> SourceRead:
-    """Read one source of the job as canonical records (`read_from/until`: the plan's event-time bounds)."""
+                read_until: int | None = None, value_fields: set[str] | None = None) -> SourceRead:
+    """Read one source of the job as canonical records (`read_from/until`: the plan's event-time bounds).
+
+    `value_fields`: the JSON value's fields a run reads (None: all). Every value is still checked against the
+    whole schema; only the fields no one reads are not kept."""
     spec = job.spec.sources[name]
     if spec.format == "kafka":
         from backfill.io.kafka import read_topic
 
         assert spec.kafka is not None
         raw, ranges = read_topic(spark, spec, name, read_from, read_until)
-        records = _canonical(raw, spec, name, rank, job)
+        records = _canonical(raw, spec, name, rank, job, value_fields)
         return SourceRead(name=name, records=records, location=f"kafka {spec.kafka.bootstrap}/{spec.kafka.topic}",
                           offsets={r.partition: (r.start, r.end) for r in ranges}, partitions=len(ranges))
     location = job.resolve(spec.path or "")
@@ -67,7 +70,7 @@ def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: 
     if spec.format != "jsonl":  # a JSONL reader maps the fields itself (they are JSON fields, not columns)
         raw = _map_columns(raw, spec, name, location)
         _check_key_column(raw, spec, name, location)
-    records = _canonical(raw, spec, name, rank, job)
+    records = _canonical(raw, spec, name, rank, job, value_fields)
     return SourceRead(name=name, records=records, location=location, version=version)
 
 
@@ -101,17 +104,20 @@ def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> D
     return df
 
 
-def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job) -> DataFrame:
+def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job,
+               value_fields: set[str] | None = None) -> DataFrame:
     problem = F.col("_problem") if "_problem" in df.columns else F.lit(None).cast("string")
     problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
                                          F.lit("unreadable record: no partition or offset")))
     where = F.col("_where") if "_where" in df.columns else F.lit(None).cast(WHERE_TYPE)
     key, key_problem = _key(df, spec)
-    df, value, value_problem = _value(df, spec, job, name)
+    df, value, value_problem = _value(df, spec, job, name, value_fields)
     seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
     out = df.select(
         F.lit(name).alias("source"), F.lit(rank).cast("int").alias("source_rank"),
-        (F.col("topic").cast("string") if "topic" in df.columns else F.lit(None).cast("string")).alias("_topic"),
+        # a Kafka source reads the one topic it subscribes to: a constant, which Spark never has to carry
+        (F.lit(spec.kafka.topic) if spec.kafka is not None and spec.format == "kafka" else F.col("topic").cast("string")
+         if "topic" in df.columns else F.lit(None).cast("string")).alias("_topic"),
         F.col("partition").cast("int").alias("partition"), F.col("offset").cast("long").alias("offset"),
         key.alias("key"), value.alias("value"), _millis(df.schema["timestamp"].dataType, "timestamp").alias("timestamp"),
         _headers(df).alias("headers"),
@@ -170,8 +176,13 @@ def read_as_text(job: Job, name: str) -> bool:
     return any(op.rules is not None and name in op.inputs for op in job.spec.operators)
 
 
-def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str) -> tuple[DataFrame, Column, Column]:
-    """The decoded value and why it is unreadable; JSON is parsed once, into a column both read."""
+def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str, wanted: set[str] | None = None
+           ) -> tuple[DataFrame, Column, Column]:
+    """The decoded value and why it is unreadable; JSON is parsed once, into a column both read.
+
+    With `wanted`, the value keeps those fields (and the timestamp field). Parsing still checks the whole
+    value: a text field accepts any JSON (Spark writes a non-string as its JSON text), so the fields that
+    can make a value unreadable, and are parsed whether read or not, are those of every other type."""
     dtype = df.schema["value"].dataType
     none = F.lit(None).cast("string")
     if read_as_text(job, name):
@@ -192,10 +203,15 @@ def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str) -> tuple[DataFr
         schema = load_value_schema(job.resolve(spec.value.schema_))
     else:
         schema = _infer_schema(df, text)
+    if wanted is not None:  # names in lower case, as Spark SQL resolves them
+        wanted = wanted | ({spec.timestamp.field.lower()} if spec.timestamp.field else set())
+        schema = T.StructType([f for f in schema.fields
+                               if f.name.lower() in wanted or not isinstance(f.dataType, T.StringType)])
     df = df.withColumn("__parsed", F.from_json(text, _with_corrupt(schema),
                                                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}))
     parsed = F.col("__parsed")
-    fields = [f.name for f in schema.fields if f.name != CORRUPT]
+    fields = [f.name for f in schema.fields if f.name != CORRUPT and (wanted is None or f.name.lower() in wanted)]
+    fields = fields or [f.name for f in schema.fields][:1]  # a value read for nothing but its presence
     value = F.when(text.isNull(), F.lit(None)).otherwise(F.struct(*[parsed[f].alias(f) for f in fields]))
     bad = F.when(text.isNotNull() & (parsed.isNull() | parsed[CORRUPT].isNotNull()),
                  F.lit("unreadable value: not a JSON object matching the value schema"))

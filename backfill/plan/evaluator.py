@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import functools
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -118,7 +119,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # what a killed run of this job left: its publish is completed, its staged files removed
     summary.warnings += complete_pending(spark, plan.runs_sink, plan.written_paths)
     progress("reading sources")
-    records = _read_all(plan, spark, summary)
+    records = _value_fields_read(plan, _read_all(plan, spark, summary, value_fields(plan)))
     progress("ordering records per task")
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
     ordered = _ordered(plan, records, summary, stored)
@@ -281,6 +282,47 @@ def _release(checkpointed: DataFrame) -> None:
         plan.rdd().unpersist(False)
 
 
+# `value`, then `.field` or `.`quoted field``: Spark SQL names are case-insensitive
+VALUE_REF = re.compile(r"\bvalue\b(\s*\.\s*(?:`([^`]+)`|([A-Za-z_]\w*)))?", re.IGNORECASE)
+
+
+def value_fields(plan: Plan) -> set[str] | None:
+    """The fields of a JSON value that the operators' expressions read (`value.<field>`, lower case); None:
+    the whole value (an expression names `value` itself, or an operator reads it as text)."""
+    texts: list[str] = []
+    for op in plan.operators:
+        spec = op.spec
+        if spec is None or spec.rules is not None:
+            return None
+        if spec.aggregate is not None:
+            for agg in spec.aggregate.aggregations.values():
+                texts += [agg] if isinstance(agg, str) else [agg.fold.init, agg.fold.step, agg.fold.merge or ""]
+        if spec.join is not None:
+            texts.append(spec.join.value)
+        texts += [r.spec.key for r in rekeys(spec)]
+    fields: set[str] = set()
+    for text in texts:
+        for m in VALUE_REF.finditer(text):
+            if m.group(1) is None:
+                return None
+            fields.add((m.group(2) or m.group(3)).lower())
+    return fields
+
+
+def _value_fields_read(plan: Plan, records: DataFrame) -> DataFrame:
+    """A JSON value narrowed to the fields the operators read, right after parsing (which still checks the
+    whole value against its schema): what is dropped here is neither shuffled, sorted nor stored."""
+    dtype = records.schema["value"].dataType
+    fields = value_fields(plan)
+    if fields is None or not isinstance(dtype, T.StructType):
+        return records
+    kept = [f.name for f in dtype.fields if f.name.lower() in fields] or [dtype.fields[0].name]  # null stays null
+    if len(kept) == len(dtype.fields):
+        return records
+    value = F.col("value")
+    return records.withColumn("value", F.when(value.isNotNull(), F.struct(*[value[f].alias(f) for f in kept])))
+
+
 def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
     """The ordered records' columns that the operators, counts, ledger and checks of this plan read.
 
@@ -296,13 +338,14 @@ def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
     return [c for c in columns if c not in drop]
 
 
-def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary) -> DataFrame:
+def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary, fields: set[str] | None = None) -> DataFrame:
+    """Every source's records as one frame; `fields`: the value fields the run reads (None: all)."""
     frames = []
     for sp in plan.sources:
         spec = sp.spec
         assert spec is not None
         bound = None if sp.reads_all else sp.read_from if sp.read_from is not None else plan.start
-        read = read_source(spark, plan.job, sp.name, sp.rank, bound, sp.read_until)
+        read = read_source(spark, plan.job, sp.name, sp.rank, bound, sp.read_until, fields)
         summary.inputs[sp.name] = read.manifest(sp.format)
         df = extract(read.records, spec.timestamp, sp.name)
         if spec.on_error == "fail":

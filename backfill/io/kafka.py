@@ -136,13 +136,14 @@ def _check_retention(ranges: list[OffsetRange], spec: KafkaSpec, where: str) -> 
                           "what is left")
 
 
-def read_kafka(spark: SparkSession, spec: KafkaSpec, ranges: list[OffsetRange]) -> DataFrame:
-    """The records of the ranges, read by Spark's Kafka source (one split per partition range)."""
+def read_kafka(spark: SparkSession, spec: KafkaSpec, ranges: list[OffsetRange], headers: bool = True) -> DataFrame:
+    """The records of the ranges, read by Spark's Kafka source (one split per partition range); without
+    `headers`, the source does not decode them (no column)."""
     starting = {spec.topic: {str(r.partition): r.start for r in ranges}}
     ending = {spec.topic: {str(r.partition): r.end for r in ranges}}
     df = (spark.read.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
           .option("subscribe", spec.topic).option("startingOffsets", json.dumps(starting))
-          .option("endingOffsets", json.dumps(ending)).option("includeHeaders", "true")
+          .option("endingOffsets", json.dumps(ending)).option("includeHeaders", str(headers).lower())
           .option("failOnDataLoss", "true")
           # what a consumer of the topic sees: never the records of aborted (or still open) transactions
           .option("kafka.isolation.level", "read_committed").load())
@@ -150,12 +151,12 @@ def read_kafka(spark: SparkSession, spec: KafkaSpec, ranges: list[OffsetRange]) 
 
 
 def read_topic(spark: SparkSession, source: SourceSpec, name: str, read_from: int | None,
-               read_until: int | None) -> tuple[DataFrame, list[OffsetRange]]:
+               read_until: int | None, headers: bool = True) -> tuple[DataFrame, list[OffsetRange]]:
     """A `format: kafka` source: its offset ranges for this run and the records in them."""
     assert source.kafka is not None
     by_time = source.timestamp.extractor == "record" and source.timestamp.on_invalid != "partition_time"
     ranges = resolve(source.kafka, f"sources.{name}.kafka", read_from, read_until, by_time)
-    return read_kafka(spark, source.kafka, ranges), ranges
+    return read_kafka(spark, source.kafka, ranges, headers), ranges
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

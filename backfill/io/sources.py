@@ -49,17 +49,19 @@ class SourceRead:
 
 
 def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: int | None = None,
-                read_until: int | None = None, value_fields: set[str] | None = None) -> SourceRead:
+                read_until: int | None = None, value_fields: set[str] | None = None, headers: bool = True
+                ) -> SourceRead:
     """Read one source of the job as canonical records (`read_from/until`: the plan's event-time bounds).
 
     `value_fields`: the JSON value's fields a run reads (None: all). Every value is still checked against the
-    whole schema; only the fields no one reads are not kept."""
+    whole schema; only the fields no one reads are not kept. Without `headers`, a Kafka source leaves them
+    out (null), as a run whose operators never read them does."""
     spec = job.spec.sources[name]
     if spec.format == "kafka":
         from backfill.io.kafka import read_topic
 
         assert spec.kafka is not None
-        raw, ranges = read_topic(spark, spec, name, read_from, read_until)
+        raw, ranges = read_topic(spark, spec, name, read_from, read_until, headers)
         records = _canonical(raw, spec, name, rank, job, value_fields)
         return SourceRead(name=name, records=records, location=f"kafka {spec.kafka.bootstrap}/{spec.kafka.topic}",
                           offsets={r.partition: (r.start, r.end) for r in ranges}, partitions=len(ranges))

@@ -21,7 +21,7 @@ from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
-from backfill.jobspec.rekeys import rekey_why, stream_name
+from backfill.jobspec.rekeys import rekey_why, rekeys, stream_name
 from backfill.ops.windows import TimeWindows
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class WindowAggregate(Operator):
         read = set()
         if self.emit == "updates" or any(a.order_sensitive for a in aggs):
             read.add("seq")
-        texts = [t for a in aggs for t in (a.sql, a.init, a.step) if t]
+        texts = [t for a in aggs for t in (a.sql, a.init, a.step) if t] + [r.spec.key for r in rekeys(self.spec)]
         for column in ("timestamp", "headers"):
             if any(a.is_fold for a in aggs) or any(column in t for t in texts):  # a fold sees whole records
                 read.add(column)

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from backfill.ops.aggregate import reaches
 from backfill.ops.base import Operator, OperatorCounts, in_source
 from backfill.ops.expressions import compile_aggregations
-from backfill.jobspec.rekeys import stream_name
+from backfill.jobspec.rekeys import rekeys, stream_name
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class KernelAggregate(Operator):
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate",
                                     self.session)
         texts = [t for a in aggs for t in (a.sql, a.init, a.step, a.merge) if t]
+        texts += [r.spec.key for r in rekeys(self.spec)]
         read = {"seq"}
         for column in ("timestamp", "headers"):
             if any(a.is_fold for a in aggs) or any(column in t for t in texts):

@@ -119,7 +119,9 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # what a killed run of this job left: its publish is completed, its staged files removed
     summary.warnings += complete_pending(spark, plan.runs_sink, plan.written_paths)
     progress("reading sources")
-    records = _value_fields_read(plan, _read_all(plan, spark, summary, value_fields(plan)))
+    reads = [op.reads() for op in plan.operators]
+    headers = any(r is None or "headers" in r for r in reads)
+    records = _value_fields_read(plan, _read_all(plan, spark, summary, value_fields(plan), headers))
     progress("ordering records per task")
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
     ordered = _ordered(plan, records, summary, stored)
@@ -338,14 +340,16 @@ def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
     return [c for c in columns if c not in drop]
 
 
-def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary, fields: set[str] | None = None) -> DataFrame:
-    """Every source's records as one frame; `fields`: the value fields the run reads (None: all)."""
+def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary, fields: set[str] | None = None,
+              headers: bool = True) -> DataFrame:
+    """Every source's records as one frame; `fields`: the value fields the run reads (None: all); `headers`:
+    whether it reads record headers."""
     frames = []
     for sp in plan.sources:
         spec = sp.spec
         assert spec is not None
         bound = None if sp.reads_all else sp.read_from if sp.read_from is not None else plan.start
-        read = read_source(spark, plan.job, sp.name, sp.rank, bound, sp.read_until, fields)
+        read = read_source(spark, plan.job, sp.name, sp.rank, bound, sp.read_until, fields, headers)
         summary.inputs[sp.name] = read.manifest(sp.format)
         df = extract(read.records, spec.timestamp, sp.name)
         if spec.on_error == "fail":

@@ -1,6 +1,6 @@
-"""Re-keying against the real thing: a live Kafka Streams application that re-keys the demo's clicks by page
-(`groupBy`, a repartition topic on the real broker) before a windowed count, and `backfill run` with the
-same `group_by` reading the input topic.
+"""Re-keying against the real thing: live Kafka Streams applications that re-key the demo's clicks by page (a
+repartition topic on the real broker) before a windowed count (`groupBy`) and before a stream-stream join
+(`selectKey`), and `backfill run` with the same `group_by` reading the input topics.
 
 The application (jvm/harness, io.backfill.harness.LiveRekey) gives the count a grace of one day, so no record
 is late and every update is the same whatever order the repartition topic received its records in. What the
@@ -62,11 +62,13 @@ def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[dict[str, 
         consumer.close()
 
 
-def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path) -> None:
-    """Start the application, wait until it has consumed its input and its repartition topic, stop it."""
+def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path, main: str = "LiveRekey",
+             inputs: tuple[str, ...] = ()) -> None:
+    """Start the application, wait until it has consumed its inputs and its repartition topic, stop it."""
     log = tmp / "app.log"
-    proc = subprocess.Popen(["java", "-cp", classpath(VERSION), "io.backfill.harness.LiveRekey", bootstrap, app_id,
-                             source, sink, str(tmp / "state")], stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
+    proc = subprocess.Popen(["java", "-cp", classpath(VERSION), f"io.backfill.harness.{main}", bootstrap, app_id,
+                             source, *inputs, sink, str(tmp / "state")], stdout=subprocess.PIPE, stderr=log.open("a"),
+                            text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x.strip()) for x in proc.stdout], daemon=True).start()
     said = []
@@ -78,15 +80,30 @@ def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path) -> 
                 said.append(lines.get(timeout=1))
             except queue.Empty:
                 pass
-        _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
-        repartition = f"{app_id}-by-page-repartition"
-        _wait_committed(bootstrap, app_id, repartition, _end_offsets(bootstrap, repartition, 2))
+        for topic in (source, *inputs):
+            _wait_committed(bootstrap, app_id, topic, _end_offsets(bootstrap, topic, 2))
+        for repartition in _repartition_topics(bootstrap, app_id):
+            _wait_committed(bootstrap, app_id, repartition, _end_offsets(bootstrap, repartition, 2))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     while not lines.empty():
         said.append(lines.get())
     assert "RUNNING" in said and "CLOSED" in said, f"{said} {log.read_text()[-2000:]}"
+
+
+def _repartition_topics(bootstrap: str, app_id: str) -> list[str]:
+    """The application's repartition topics, once it has created them."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        names = [t for t in AdminClient(client_config(bootstrap)).list_topics(timeout=10).topics
+                 if t.startswith(app_id) and t.endswith("-repartition")]
+        if names:
+            return names
+        time.sleep(0.5)
+    raise AssertionError(f"{app_id}: no repartition topic after 60 s")
 
 
 def test_rekeyed_count_equals_a_live_application_with_its_repartition_topic(kafka_broker: Any, spark: Any,
@@ -159,3 +176,70 @@ sinks:
     assert len(modelled) == len(written)
     same = sum(1 for r in written if modelled[ident(r)] == (r["partition"], r["offset"]))
     print(json.dumps({"repartitioned": len(written), "modelled_offset_equal": same}))
+
+
+PAGES = ["/home", "/search", "/product", "/cart", "/checkout", "/login"]
+
+
+def test_rekeyed_join_equals_a_live_application(kafka_broker: Any, spark: Any, tmp_path: Path) -> None:
+    """Clicks (keyed by user) re-keyed by page and joined with page records (keyed by page, each in the
+    partition Kafka's producer gives its key): every pair within two minutes, the grace a day (no store
+    expires, so the pairs do not depend on the order inside the repartition topic). A pair is only found if
+    the re-keyed click lands in its page's partition: the check covers murmur2, the repartition topic's
+    partition count (the page topic's) and the join."""
+    from backfill.reference.repartition import partition_for
+
+    bootstrap = kafka_broker.bootstrap
+    tag = uuid.uuid4().hex[:8]
+    clicks_topic, pages_topic, sink, app_id = f"clicks-{tag}", f"pages-{tag}", f"joined-{tag}", f"rekeyj-{tag}"
+    for topic in (clicks_topic, pages_topic, sink):
+        create_topic(bootstrap, topic, 2)
+    cols, _ = _clicks(4_000, 2, 11)
+    clicks = [{"partition": p, "key": k, "value": v, "timestamp": t}
+              for p, k, v, t in zip(cols["partition"], cols["key"], cols["value"], cols["timestamp"])]
+    first, last = min(cols["timestamp"]), max(cols["timestamp"])
+    pages = [{"partition": partition_for(page.encode(), 2), "key": page,
+              "value": json.dumps({"title": f"{page[1:]}-{i}"}), "timestamp": first + i * 180_000}
+             for i in range((last - first) // 180_000 + 1) for page in PAGES if (i + len(page)) % 3]
+    produce(bootstrap, clicks_topic, clicks)
+    produce(bootstrap, pages_topic, pages)
+    _run_app(bootstrap, app_id, clicks_topic, sink, tmp_path, main="LiveRekeyJoin", inputs=(pages_topic,))
+
+    job = tmp_path / "job.yaml"
+    job.write_text(f"""
+name: pages-joined
+sources:
+  clicks: {{format: kafka, kafka: {{bootstrap: '{bootstrap}', topic: {clicks_topic}}}, key: {{format: string}},
+           value: {{format: json, schema: {ROOT / 'schemas' / 'click.json'}}}}}
+  pages: {{format: kafka, kafka: {{bootstrap: '{bootstrap}', topic: {pages_topic}}}, key: {{format: string}},
+          value: {{format: json}}}}
+operators:
+  - name: joined
+    join:
+      left: clicks
+      right: pages
+      group_by: {{left: "{NEW_KEY}"}}
+      how: inner
+      window: {{before: 2m, after: 2m, grace: 1d}}
+      value: "concat(left.value.user, '+', right.value.title)"
+sinks:
+  joined: {{format: jsonl, path: out/joined.jsonl}}
+  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
+  _runs: {{format: jsonl, path: out/runs.jsonl}}
+""")
+    ran = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    ours = read_jsonl(tmp_path / "out" / "joined.jsonl")
+    emitted = _consume_all(bootstrap, sink, 2)
+    assert len(emitted) > 1000  # not vacuous: most clicks meet a page record
+    assert Counter((r["key"], r["value"], r["timestamp"]) for r in emitted) == \
+        Counter((r["key"], r["value"], r["ts"]) for r in ours)
+    assert {r["key"]: r["partition"] for r in emitted} == {r["key"]: r["task"] for r in ours}
+    logins = sum(1 for r in clicks if json.loads(r["value"])["page"] == "/login")
+    topic = summary["repartitions"]["joined-left-repartition"]
+    assert (topic["null_keys"], topic["partitions"]) == (logins, 2)
+    ledger = read_jsonl(tmp_path / "out" / "ledger.jsonl")
+    assert sum(1 for r in ledger if r["reason"] == "null_key") == logins
+    print(json.dumps({"pairs": len(emitted), "clicks": len(clicks), "page_records": len(pages), "null_keys": logins,
+                      "tasks": sorted({r["task"] for r in ours})}))

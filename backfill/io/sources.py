@@ -208,12 +208,13 @@ def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str, wanted: set[str
     if wanted is not None:  # names in lower case, as Spark SQL resolves them
         wanted = wanted | ({spec.timestamp.field.lower()} if spec.timestamp.field else set())
         schema = T.StructType([f for f in schema.fields
-                               if f.name.lower() in wanted or not isinstance(f.dataType, T.StringType)])
+                               if f.name.lower() in wanted or not isinstance(f.dataType, T.StringType)]
+                              or schema.fields[:1])  # a value read for nothing but its presence
     df = df.withColumn("__parsed", F.from_json(text, _with_corrupt(schema),
                                                {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}))
     parsed = F.col("__parsed")
     fields = [f.name for f in schema.fields if f.name != CORRUPT and (wanted is None or f.name.lower() in wanted)]
-    fields = fields or [f.name for f in schema.fields][:1]  # a value read for nothing but its presence
+    fields = fields or [f.name for f in schema.fields][:1]
     value = F.when(text.isNull(), F.lit(None)).otherwise(F.struct(*[parsed[f].alias(f) for f in fields]))
     bad = F.when(text.isNotNull() & (parsed.isNull() | parsed[CORRUPT].isNotNull()),
                  F.lit("unreadable value: not a JSON object matching the value schema"))

@@ -27,8 +27,8 @@ VALUES = [
 ]
 
 
-def _job(tmp: Path, aggregations: str) -> str:
-    (tmp / "click.json").write_text(json.dumps(SCHEMA))
+def _job(tmp: Path, aggregations: str, schema: dict | None = None) -> str:
+    (tmp / "click.json").write_text(json.dumps(schema or SCHEMA))
     (tmp / "inputs").mkdir(parents=True, exist_ok=True)
     texts = [v if isinstance(v, str) else json.dumps(v) for v in VALUES]
     pq.write_table(pa.table({"partition": [0] * len(texts), "offset": list(range(len(texts))),
@@ -68,7 +68,8 @@ def test_what_is_unreadable_does_not_depend_on_the_fields_read(tmp_path, spark):
     def last(outcome):
         return max(outcome.outputs["agg"], key=lambda r: r["emit_seq"])
     assert (last(got)["n"], last(got)["total"]) == (last(everything)["n"], last(everything)["total"]) == (3, 3.5)
-    assert json.loads(last(everything)["all"]) == {"user": '{"id":3}', "page": "/b", "ts": 3}  # to_json leaves out nulls
+    # to_json leaves out nulls
+    assert json.loads(last(everything)["all"]) == {"user": '{"id":3}', "page": "/b", "ts": 3}
 
     def unreadable(outcome):
         return sorted((r["offset"], r["reason"], r["detail"]) for r in outcome.ledger)
@@ -86,3 +87,12 @@ def test_what_is_unreadable_does_not_depend_on_the_fields_read(tmp_path, spark):
 def test_the_fields_a_job_reads(tmp_path, aggregations, fields):
     (tmp_path / "job.yaml").write_text(_job(tmp_path, aggregations))
     assert value_fields(build_plan(load_job(tmp_path / "job.yaml"))) == fields
+
+
+def test_a_job_that_reads_no_field_of_a_text_only_value(tmp_path, spark):
+    """Only text fields, none read: the value is still parsed (a non-object is unreadable) and kept as present."""
+    text_only = {"type": "object", "properties": {"user": {"type": "string"}, "page": {"type": "string"}}}
+    got = run_job(tmp_path, _job(tmp_path, "{n: count()}", text_only), {})
+    assert got.code == 0, got.stderr
+    assert max(got.outputs["agg"], key=lambda r: r["emit_seq"])["n"] == 5
+    assert [(r["offset"], r["reason"]) for r in got.ledger] == [(5, "unreadable")]

@@ -36,17 +36,22 @@ public final class LiveRekey {
             System.err.println("usage: LiveRekey bootstrap application-id input output state-dir");
             System.exit(2);
         }
+        Live.runUntilClosed(new KafkaStreams(topology(args[2], args[3]), props(args[0], args[1], args[4])));
+    }
+
+    /** Two stream threads, cache off, from the earliest offsets; repartition topics kept for the test to read. */
+    static Properties props(String bootstrap, String applicationId, String stateDir) {
         Properties props = new Properties();
-        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 500);
         props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         // keep what the repartition topic received (Kafka Streams deletes consumed records every 30 s)
         props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, Duration.ofDays(1).toMillis());
-        Live.runUntilClosed(new KafkaStreams(topology(args[2], args[3]), props));
+        return props;
     }
 
     static org.apache.kafka.streams.Topology topology(String input, String output) {

@@ -1,13 +1,11 @@
 package io.backfill.harness;
 
 import java.time.Duration;
-import java.util.Properties;
 
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
-import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
@@ -35,16 +33,8 @@ public final class LiveRekeyJoin {
             System.err.println("usage: LiveRekeyJoin bootstrap application-id clicks pages output state-dir");
             System.exit(2);
         }
-        Properties props = new Properties();
-        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, args[5]);
-        props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
-        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
-        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 500);
-        props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
-        props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, Duration.ofDays(1).toMillis());
-        Live.runUntilClosed(new KafkaStreams(topology(args[2], args[3], args[4]), props));
+        Live.runUntilClosed(new KafkaStreams(topology(args[2], args[3], args[4]), LiveRekey.props(args[0], args[1],
+                                                                                                    args[5])));
     }
 
     static org.apache.kafka.streams.Topology topology(String clicksTopic, String pagesTopic, String output) {

@@ -92,6 +92,19 @@ def test_a_rekeyed_join_meets_each_user_in_its_partition(tmp_path, spark, engine
         assert got.summary["operators"]["ij"]["dropped"]["null_key"] == 1
 
 
+@pytest.mark.parametrize("engine", ["spark", "reference"])
+def test_a_left_joins_right_side_null_key_reaches_the_join_and_is_dropped_there(tmp_path, spark, engine):
+    """3.7+: before a left join both repartitions let null keys through; the join's stream time sees the
+    profile without a new key (u3's, at 40) and drops it: a ledger row with the join's stream time."""
+    by = "{left: \"nullif(value, 'anon')\", right: \"case when key = 'u3' then null else key end\"}"
+    got = run_job(tmp_path, _job([("lj", "left", by)]), {"clicks": CLICKS, "users": _users()}, engine=engine)
+    assert got.code == 0, got.stderr
+    assert [(r["reason"], r["source"], r["key"], r["timestamp"], r["stream_time"]) for r in got.ledger] == \
+        [("null_key", "users", None, 40, 40)]
+    joined = {(r["key"], r["value"]) for r in got.outputs["lj"]}
+    assert ("u1", "u1+P-u1") in joined and not any(v == "u3+P-u3" for _, v in joined)
+
+
 def test_before_3_7_a_left_side_null_key_is_dropped_before_the_topic(tmp_path, spark):
     got = run_job(tmp_path, _job([("lj", "left", BY_USER)], release="3.6"), {"clicks": CLICKS, "users": _users()})
     assert got.code == 0, got.stderr

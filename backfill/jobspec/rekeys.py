@@ -22,7 +22,7 @@ class Rekey:
     spec: GroupBySpec
     topic: str  # the repartition topic: a derived source of that name
     where: str  # the job field, for messages
-    keep_null: bool = False  # a null new key passes (a left/outer join side, Kafka Streams 3.7+)
+    keep_null: bool = False  # a null new key passes (before a left/outer join, Kafka Streams 3.7+)
 
 
 def regrouped(op: OperatorSpec) -> GroupBySpec | None:
@@ -37,10 +37,12 @@ def rekeys(op: OperatorSpec, null_keys_reach_join: bool = True) -> list[Rekey]:
                       f"operators.{op.name}.aggregate.group_by")]
     if op.join is None or op.join.group_by is None:
         return []
-    outer = {"inner": (), "left": ("left",), "outer": ("left", "right")}[op.join.how]
+    # a repartition before a left or outer join lets null keys through (both sides: the join drops those of
+    # its inner side itself, after its stream time has seen them)
+    relaxed = null_keys_reach_join and op.join.how != "inner"
     sides = {"left": (op.join.left, op.join.group_by.left), "right": (op.join.right, op.join.group_by.right)}
     return [Rekey(op.name, source, spec, f"{op.name}-{side}{SUFFIX}", f"operators.{op.name}.join.group_by.{side}",
-                  keep_null=null_keys_reach_join and side in outer)
+                  keep_null=relaxed)
             for side, (source, spec) in sides.items() if spec is not None]
 
 
@@ -79,9 +81,10 @@ def rekey_why(op: OperatorSpec) -> list[str]:
                  else f"as many partitions as {r.input}" if op.join is None
                  else f"as many partitions as {kept[0]}" if kept
                  else f"as many partitions as the larger of {op.join.left} and {op.join.right}")
-        nulls = ("a null key passes (to the upstream partition's number, modulo the count: the real producer "
-                 "picks one) and is emitted unjoined" if r.keep_null else "a null key is dropped there (ledger: "
-                 "null_key)")
+        outer = op.join is not None and (op.join.how == "outer" or r.topic.endswith(f"-left{SUFFIX}"))
+        nulls = (f"a null key passes (to the upstream partition's number, modulo the count: the real producer "
+                 f"picks one) and {'is emitted unjoined' if outer else 'is dropped by the join (ledger: null_key)'}"
+                 if r.keep_null else "a null key is dropped there (ledger: null_key)")
         out.append(f"re-key: each record of {r.input} gets the key {r.spec.key} and is written to {r.topic} ({count}, "
                    f"partition = murmur2 of the serialized key); {nulls}. Each partition interleaves the upstream "
                    "tasks by the partition time at which they processed the record (a model: the real interleaving "

@@ -121,7 +121,8 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     progress("reading sources")
     reads = [op.reads() for op in plan.operators]
     headers = any(r is None or "headers" in r for r in reads)
-    records = _value_fields_read(plan, _read_all(plan, spark, summary, value_fields(plan), headers))
+    fields = value_fields(plan)
+    records = _narrowed(_read_all(plan, spark, summary, fields, headers), fields)
     progress("ordering records per task")
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
     ordered = _ordered(plan, records, summary, stored)
@@ -311,11 +312,10 @@ def value_fields(plan: Plan) -> set[str] | None:
     return fields
 
 
-def _value_fields_read(plan: Plan, records: DataFrame) -> DataFrame:
+def _narrowed(records: DataFrame, fields: set[str] | None) -> DataFrame:
     """A JSON value narrowed to the fields the operators read, right after parsing (which still checks the
     whole value against its schema): what is dropped here is neither shuffled, sorted nor stored."""
     dtype = records.schema["value"].dataType
-    fields = value_fields(plan)
     if fields is None or not isinstance(dtype, T.StructType):
         return records
     kept = [f.name for f in dtype.fields if f.name.lower() in fields] or [dtype.fields[0].name]  # null stays null

@@ -210,6 +210,12 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete, cached=cached)
 
 
+def as_processed(ordered: DataFrame, op: OperatorSpec, st: str) -> DataFrame:
+    """The join's input records as it processes them (for `verify`): task, seq, side, ST_j, both stores' times."""
+    assert op.join is not None
+    return _records(ordered, op, st, JoinWindows.of(op.join))
+
+
 def _records(ordered: DataFrame, op: OperatorSpec, st: str, w: JoinWindows) -> DataFrame:
     """Both inputs with side, outer flag, ST_j, the stores' times, `to` and whether the write is refused."""
     spec = op.join

@@ -31,6 +31,7 @@ from backfill.io.sinks import Staged, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
+from backfill.ops.join import as_processed
 from backfill.jobspec.rekeys import copied, rekeys, stream_name
 from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import check_copartitioned, order_records
@@ -276,6 +277,16 @@ def repartitioned_records(plan: Plan, spark: SparkSession, operator: str) -> Dat
     ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
     return (ordered.where((F.col("source") == stream_name(op.spec)) & F.col("_drop").isNull())
             .withColumn("st", F.col(op.stream_time)))
+
+
+def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
+    """A join's input records as it processed them in the run (for `verify`): task, seq, side, the join's and
+    both stores' stream times at each record (ops/join.py `as_processed`)."""
+    op = next(o for o in plan.operators if o.name == operator)
+    assert op.spec is not None
+    summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
+    ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
+    return as_processed(ordered, op.spec, op.stream_time)
 
 
 def _release(checkpointed: DataFrame) -> None:

@@ -42,11 +42,12 @@ from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import extract
 from backfill.verify import restarts
+from backfill.verify.joins import JOIN_CAUSES
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
-          *RESTART_CAUSES, "session_merge_differs", "unexplained")
+          *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
 

@@ -32,6 +32,14 @@ CAUSE_TEXT = {
                              "only its last records; the records are shown",
     "session_merge_differs": "the other side has a different session of the same key within a gap of this one: "
                              "the records merged differently (processing order, or what the store still held)",
+    "expired_differs": "a join row pairs two records, and the earlier was past its store's retention when the "
+                       "later arrived on one side only (the order decided it); the records are shown",
+    "partner_after_close": "a non-joined row: whether its window closed before its partner arrived depends on "
+                           "how the partitions interleaved; the records are shown",
+    "emit_throttle": "a non-joined row, same values, written at another position: the stream emits them when "
+                     "its wall-clock throttle allows (1 s by default), the backfill at once",
+    "processing_order": "a joined row, same values, written at another position: the task processed its records "
+                        "in another order (live edge, ties)",
     "unexplained": "no evidence explains it: a real logic difference",
 }
 VERDICT_TEXT = {
@@ -143,12 +151,14 @@ def render(outcome: Outcome) -> str:
 def _totals(outcome: Outcome) -> str:
     counts = outcome.counts
     rows = "".join(f"<tr><td>{_e(c)}</td><td class=n>{n:,}</td></tr>" for c, n in counts.items())
-    out = f"<h2>Counts</h2><table id=counts><tr><th>category</th><th>windows</th></tr>{rows}</table>"
+    units = {_unit(s) for s in outcome.sections}
+    unit = " / ".join(sorted(units, reverse=True)) if units else "windows"
+    out = f"<h2>Counts</h2><table id=counts><tr><th>category</th><th>{unit}</th></tr>{rows}</table>"
     causes = outcome.causes
     if causes is not None:
         rows = "".join(f"<tr><td class=mono>{_e(c)}</td><td class=n>{n:,}</td><td>{_e(CAUSE_TEXT[c])}</td></tr>"
                        for c, n in causes.items())
-        out += (f"<table id=causes><tr><th>cause</th><th>windows</th><th>meaning</th></tr>{rows}</table>")
+        out += (f"<table id=causes><tr><th>cause</th><th>{unit}</th><th>meaning</th></tr>{rows}</table>")
     ok = outcome.expectations_ok
     out += (f"<div>expectations: <span class={'ok' if ok else 'bad'}>{'all passed' if ok else 'some failed'}"
             "</span> (details per operator below)</div>")
@@ -175,12 +185,18 @@ def _section(outcome: Outcome, s: Section) -> str:
     counts = "".join(f"<tr><td>{_e(c)}</td><td class=n>{n:,}</td></tr>" for c, n in s.counts.items())
     causes = "".join(f"<tr><td class=mono>{_e(c)}</td><td class=n>{n:,}</td></tr>"
                      for c, n in (s.causes or {}).items())
-    tables = (f"<div class=grid><table><tr><th>category</th><th>windows</th></tr>{counts}</table>"
-              + (f"<table><tr><th>cause</th><th>windows</th></tr>{causes}</table>" if s.causes is not None else "")
+    unit = _unit(s)
+    tables = (f"<div class=grid><table><tr><th>category</th><th>{unit}</th></tr>{counts}</table>"
+              + (f"<table><tr><th>cause</th><th>{unit}</th></tr>{causes}</table>" if s.causes is not None else "")
               + "</div>")
     plots = "<div class=grid>" + _timeline_plot(s) + _lateness_plot(s) + "</div>"
     return "\n".join([head, f"<ul class=muted>{notes}</ul>" if notes else "", tables, _incidents(s), plots,
                       _expectations(s), _samples(s)])
+
+
+def _unit(s: Section) -> str:
+    """What a section counts: windows (an aggregate), rows (a join, keyed by key and ts; diff)."""
+    return "windows" if "window_start" in s.keys else "rows"
 
 
 def _incidents(s: Section) -> str:
@@ -276,8 +292,9 @@ def _inputs(row: dict[str, Any]) -> str:
     shown = f"{total}" if total <= len(recs) else f"{total:,}; the first {len(recs)} shown"
     body = "".join(f"<tr><td class=n>{r['partition']}</td><td class=n>{r['offset']}</td><td>{_e(_fmt(r['ts'], 'ts'))}"
                    f"</td><td>{_e(r['status'])}</td><td class=mono>{_e(r['value'])}</td></tr>" for r in recs)
-    return (f"<details><summary>input records behind this window ({shown})</summary><table><tr><th>partition"
-            f"</th><th>offset</th><th>ts</th><th>backfill</th><th>value</th></tr>{body}</table></details>")
+    what, role = ("this row", "role") if "window_start" not in row else ("this window", "backfill")
+    return (f"<details><summary>input records behind {what} ({shown})</summary><table><tr><th>partition"
+            f"</th><th>offset</th><th>ts</th><th>{role}</th><th>value</th></tr>{body}</table></details>")
 
 
 # ----------------------------------------------------------------------------- plots (matplotlib -> inline SVG)
@@ -287,7 +304,8 @@ def _inputs(row: dict[str, Any]) -> str:
 CAUSE_COLOURS = {"unexplained": "#c0392b", "missing_input": "#b9770e", "reprocessed_after_restart": "#8e6c8a",
                  "state_lost_on_restore": "#a17fa0", "reemitted": "#c2b0c1", "late_drop_differs": "#5d7fa3",
                  "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2",
-                 "session_merge_differs": "#7fa38f"}
+                 "session_merge_differs": "#7fa38f", "expired_differs": "#6c8fb3", "partner_after_close": "#7d9bb8",
+                 "emit_throttle": "#b5c7b0", "processing_order": "#a9b8a4"}
 
 
 def _timeline_plot(s: Section) -> str:

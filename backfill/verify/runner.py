@@ -26,7 +26,7 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify import restarts
+from backfill.verify import joins, restarts
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, category_counts, compare,
@@ -42,8 +42,8 @@ BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
 # the order a reader should look at causes in: what no evidence explains, then what corrupted the stream's
 # values, then what explains a difference without anything to repair
 SEVERITY = ("unexplained", "missing_input", "reprocessed_after_restart", "state_lost_on_restore",
-            "late_drop_differs", "reemitted", "duplicate_delivery", "session_merge_differs", "tie_order",
-            "range_boundary")
+            "late_drop_differs", "expired_differs", "partner_after_close", "reemitted", "duplicate_delivery",
+            "session_merge_differs", "processing_order", "emit_throttle", "tie_order", "range_boundary")
 PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
@@ -213,6 +213,8 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                     tolerances: dict[str, Tolerance], progress: Progress,
                     commits: restarts.Commits | None = None, corrections: Path | None = None) -> Section:
     """Read, normalise, compare, attribute and check one operator."""
+    if plan.job.spec.operator(target.operator).join is not None:
+        return verify_join(spark, plan, target, maps, progress, corrections)
     op = _window_operator(plan, target.operator)
     assert op.aggregate is not None
     kind = op.aggregate.window.type
@@ -343,11 +345,110 @@ def _restart_evidence(stream: DataFrame, backfill: DataFrame, ev: causes_mod.Evi
     return causes_mod.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
 
 
+def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str], progress: Progress,
+                corrections: Path | None = None) -> Section:
+    """A stream-stream join: both outputs as multisets of (key, ts, value), causes from the join's records
+    as the run processed them (verify/joins.py)."""
+    op = plan.job.spec.operator(target.operator)
+    settings = plan.job.spec.verify.get(op.name)
+    backfill_ref, stream_ref = _published(plan, op.name), parse_ref(target.against, target.base)
+    progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
+    where = f"--against {op.name}={target.against}"
+    raw = read_table(spark, backfill_ref, T.StructType([
+        T.StructField("key", T.StringType()), T.StructField("value", T.StringType()),
+        T.StructField("ts", T.LongType()), T.StructField("emit_seq", T.LongType()),
+        T.StructField("task", T.IntegerType())]))
+    vtype = raw.schema["value"].dataType
+    mapping = {**(settings.columns if settings else {}), **maps}
+    stream = apply_mapping(read_table(spark, stream_ref, T.StructType([
+        T.StructField("key", T.StringType()), T.StructField("value", T.StringType()),
+        T.StructField("ts", T.LongType()), T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType())])), mapping, where)
+    unique = _unique_suite(stream, op.name)
+    backfill = joins.backfill_rows(raw).where(in_range("ts", plan.start, plan.end))
+    rows = joins.reconcile(backfill, joins.stream_rows(stream, vtype, where).where(
+        in_range("ts", plan.start, plan.end))).persist(StorageLevel.MEMORY_AND_DISK)
+    attributed = None
+    try:
+        progress(f"{op.name}: reconciling")
+        counts = {c: 0 for c in joins.categories()}
+        for r in rows.groupBy("category").count().collect():
+            counts[r["category"]] = r["count"]
+        cause_counts = {c: 0 for c in causes_mod.CAUSES}
+        if sum(counts.values()) - counts[MATCH]:
+            progress(f"{op.name}: attributing causes")
+            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark))
+            counts = {c: 0 for c in joins.categories()}
+            counts[MATCH] = rows.where(F.col("category") == MATCH).count()
+            for r in attributed.groupBy("category", "cause").count().collect():
+                counts[r["category"]] += r["count"]
+                cause_counts[r["cause"]] = cause_counts.get(r["cause"], 0) + r["count"]
+        progress(f"{op.name}: samples, timeline")
+        notes = ["a join emits several rows per key and timestamp: rows are compared as multisets of (key, ts, "
+                 "value); within a key, a matched row written after one the backfill emits later has moved",
+                 "the wall-clock throttle of non-joined rows is taken as 0 (their position may differ: "
+                 "emit_throttle)"]
+        if corrections is not None:
+            notes.append("--corrections: written for window aggregates only, not for a join's rows")
+        section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
+                          keys=joins.KEYS, columns=joins.COLUMNS, counts=counts, causes=cause_counts,
+                          samples=_join_samples(rows, attributed), notes=notes,
+                          timeline=_timeline(rows.where(F.col("category") == MATCH).unionByName(
+                              attributed.drop("cause", "detail", "inputs", "r_v"), allowMissingColumns=True)
+                              if attributed is not None else rows, 1, attributed, column="ts"))
+        section.expectations = unique
+        return section
+    finally:
+        rows.unpersist()
+        if attributed is not None:
+            attributed.unpersist()
+
+
+def _unique_suite(stream: DataFrame, name: str) -> list[dict[str, Any]]:
+    """(partition, offset) uniqueness of a streaming output, when it has them."""
+    unique = ("partition", "offset")
+    if not set(unique) <= set(stream.columns):
+        return []
+    return [_suite(duplicated_groups(stream, unique), [unique_check(unique)], f"{name}.stream.unique",
+                   f"groups of {unique} in the streaming output of {name}")]
+
+
+def _join_samples(rows: DataFrame, attributed: DataFrame | None) -> list[dict[str, Any]]:
+    """A few rows per (category, cause): values, positions, the records that prove the cause."""
+    frame = rows.where(F.col("category") == MATCH).select(
+        "*", F.lit(None).cast("string").alias("cause"), F.lit(None).cast("string").alias("detail"),
+        F.lit(None).cast(joins.INPUT_TYPE).alias("inputs"), F.lit(None).cast("string").alias("r_v"))
+    if attributed is not None:
+        frame = frame.unionByName(attributed.select(*frame.columns))
+    group = Window.partitionBy("category", "cause").orderBy("key", "ts", "emit_seq", "partition", "offset")
+    picked = frame.withColumn("_n", F.row_number().over(group)).where(F.col("_n") <= SAMPLES_PER_GROUP).collect()
+    out = []
+    for r in picked:
+        cat = r["category"]
+        here = cat != "missing_in_stream"
+        there = cat not in ("extra_in_stream", "duplicate_in_stream")
+        stream_value = r["r_v"] if r["r_v"] is not None else (r["v"] if here else None)
+        row = {"key": r["key"], "ts": r["ts"], "category": cat, "cause": r["cause"], "detail": r["detail"],
+               "l_value": r["v"] if there else None, "r_value": stream_value,
+               "l_position": f"task {r['task']}, at its record {r['emit_seq'] // joins.STRIDE}"
+               if there and r["emit_seq"] is not None else None,
+               "r_position": f"partition {r['partition']}, offset {r['offset']}"
+               if r["partition"] is not None else None,
+               "diff_columns": ["value"] if cat == MISMATCH else (["position"] if cat == "moved_in_stream" else [])}
+        if r["inputs"]:
+            row["inputs"] = [dict(x.asDict()) for x in r["inputs"]]
+            row["inputs_total"] = len(row["inputs"])
+        out.append(row)
+    severity = {c: i for i, c in enumerate(SEVERITY)}
+    return sorted(out, key=lambda r: (r["category"] == MATCH, severity.get(r.get("cause") or "", len(SEVERITY)),
+                                      str(r["key"]), r["ts"] or 0))
+
+
 def _window_operator(plan: Plan, name: str) -> OperatorSpec:
     op = plan.job.spec.operator(name)
     if op.aggregate is None:
-        raise SpecError(f"operators.{name}: verify reconciles window aggregates; this operator is a {op.kind}; use "
-                        "backfill diff for other outputs")
+        raise SpecError(f"operators.{name}: verify reconciles window aggregates and joins; this operator is a "
+                        f"{op.kind}; use backfill diff for other outputs")
     return op
 
 
@@ -531,15 +632,16 @@ def _attach_inputs(rows: list[dict[str, Any]], ev: causes_mod.Evidence, windows:
         r["inputs_total"] = totals.get((r["key"], r["window_start"]), 0)
 
 
-def _timeline(result: DataFrame, step: int, attributed: DataFrame | None = None) -> list[dict[str, Any]]:
-    """Rows and non-matches per bucket of window start (at most TIMELINE_BUCKETS buckets), with the
-    non-matches per cause when causes were attributed."""
-    bounds = result.agg(F.min("window_start").alias("lo"), F.max("window_start").alias("hi")).first()
+def _timeline(result: DataFrame, step: int, attributed: DataFrame | None = None,
+              column: str = "window_start") -> list[dict[str, Any]]:
+    """Rows and non-matches per bucket of window start (a join: of ts; at most TIMELINE_BUCKETS buckets), with
+    the non-matches per cause when causes were attributed."""
+    bounds = result.agg(F.min(column).alias("lo"), F.max(column).alias("hi")).first()
     if bounds is None or bounds["lo"] is None:
         return []
     lo, hi = bounds["lo"], bounds["hi"]
     width = max(step, math.ceil((hi - lo + 1) / TIMELINE_BUCKETS / step) * step)
-    bucket = F.floor((F.col("window_start") - F.lit(lo)) / F.lit(width)).cast("long")
+    bucket = F.floor((F.col(column) - F.lit(lo)) / F.lit(width)).cast("long")
     rows = result.groupBy(bucket.alias("b")).agg(
         F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("category") != MATCH, 1)).alias("differ")).collect()
     by_cause: dict[int, dict[str, int]] = {}

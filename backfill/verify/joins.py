@@ -1,0 +1,414 @@
+"""Part: verify. A stream-stream join's output reconciled with the stream's, with causes from evidence
+(kafka-streams.md 9, 10, 14.2).
+
+A join emits several rows per key and timestamp, and nothing but its values identifies a row, so the two
+outputs are compared as multisets of (key, ts, value): the n-th copy of a row on one side matches the n-th
+copy on the other (backfill: emit order; stream: partition, offset). Within a key, the stream's rows keep
+the order the task emitted them in, so a matched row written after a row the backfill emits later has
+moved. What is left over is explained by the input records that can produce it: the pairs of the row's key
+inside the join window whose joiner value is the row's, and the outer-side records whose non-joined row it
+is, with what the run did to them (task order, the stores' stream times):
+
+- duplicate_delivery: the stream has the row more often than the backfill (at-least-once, 14.2.6).
+- expired_differs: the row pairs two records and the earlier was past its store's retention when the later
+  arrived, on one side only. Either the backfill's store had moved on (the row is extra in the stream), or a
+  record of the earlier one's side, processed later by the backfill, lies a retention ahead of it: another
+  interleaving of the partitions expires it first (the row is missing from the stream) (9, 10.7).
+- partner_after_close: a non-joined row whose record has a partner in its window. The row exists iff the
+  window closed in join stream time before the partner arrived, and a record of another partition that
+  closes it shows that the interleaving of the partitions decides this (10.4, 10.5).
+- emit_throttle: a non-joined row at another position in its key's output. The stream scans its outer store
+  when a wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
+- processing_order: a joined row at another position: the task processed its records in another order
+  (live edge, max.task.idle.ms, ties: 14.2.4-5). The values agree.
+- range_boundary: the row lies outside the time range of the stream's output, its window had not closed when
+  the data read ends, or the stream's output of the task ends before the row's moment.
+- unexplained: none of the above. A stream value that no input records produce is a logic difference
+  (category mismatch when the backfill has another row at the same key and timestamp).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from backfill.errors import SourceError
+from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
+from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
+from backfill.ops.windows import LEFT, JoinWindows
+from backfill.jobspec.models import OperatorSpec
+from backfill.plan.definition import Plan
+from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
+from backfill.verify.tables import is_topic_archive
+
+MOVED = "moved"
+JOIN_CAUSES = ("expired_differs", "partner_after_close", "emit_throttle", "processing_order")
+KEYS, COLUMNS = ("key", "ts"), ("value", "position")
+_NULL_KEY = "\u0000"  # stands for a null key in equi-joins (a join forwards null keys in 3.7+)
+INPUT_TYPE = T.ArrayType(T.StructType([
+    T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
+    T.StructField("ts", T.LongType()), T.StructField("status", T.StringType()),
+    T.StructField("value", T.StringType())]))
+
+
+def comparison() -> Comparison:
+    """The labels of a join's comparison (its categories add `moved_in_stream`)."""
+    return Comparison(keys=KEYS, columns=COLUMNS)
+
+
+def categories() -> tuple[str, ...]:
+    """Category names of a join section, in report order."""
+    cmp = comparison()
+    return (*cmp.categories, cmp.label(MOVED))
+
+
+# ----------------------------------------------------------------------------- both outputs as rows
+
+
+def value_text(value: Column, vtype: T.DataType) -> Column:
+    """The joiner's value as canonical text: JSON in the backfill's field order for a struct, else the text."""
+    if isinstance(vtype, T.StructType):
+        return F.to_json(value, {"ignoreNullFields": "false"})
+    return value.cast("string")
+
+
+def backfill_rows(df: DataFrame) -> DataFrame:
+    """The published join output as key (text), ts, v (canonical value), emit_seq, task."""
+    vtype = df.schema["value"].dataType
+    task = F.col("task").cast("int") if "task" in df.columns else F.lit(0)
+    return df.select(F.col("key").cast("string").alias("key"), F.col("ts").cast("long").alias("ts"),
+                     value_text(F.col("value"), vtype).alias("v"), F.col("emit_seq").cast("long").alias("emit_seq"),
+                     task.alias("task"))
+
+
+def stream_rows(df: DataFrame, vtype: T.DataType, where: str) -> DataFrame:
+    """The stream's join output (an archived topic, or a table with key, value, ts) as key, ts, v, partition,
+    offset; a JSON value is parsed with the backfill's value type so both sides print it alike."""
+    if is_topic_archive(df):  # the record timestamp is the row's ts (kafka-streams.md 11)
+        df = df.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+                       F.col("timestamp").cast("long").alias("ts"), "partition", "offset")
+    missing = [c for c in ("key", "value", "ts") if c not in df.columns]
+    if missing:
+        raise SourceError(f"{where}: no column {missing[0]!r} (columns: {', '.join(df.columns)}); a join's output "
+                          "has key, value and ts (or is an archived topic); map it with --map col=source_col")
+    value = F.col("value")
+    if isinstance(vtype, T.StructType):
+        text = value if isinstance(df.schema["value"].dataType, T.StringType) else F.to_json(value)
+        value = F.from_json(text, vtype)
+    order = [F.col(c) if c in df.columns else F.lit(None).cast(t).alias(c)
+             for c, t in (("partition", "int"), ("offset", "long"))]
+    return df.select(F.col("key").cast("string").alias("key"), F.col("ts").cast("long").alias("ts"),
+                     value_text(value, vtype).alias("v"), *order)
+
+
+def reconcile(backfill: DataFrame, stream: DataFrame) -> DataFrame:
+    """One row per row copy on either side: key, ts, v, emit_seq, task, partition, offset, category."""
+    cmp = comparison()
+    k = F.coalesce(F.col("key"), F.lit(_NULL_KEY))
+    group = ["_k", "ts", "v"]
+    b = backfill.withColumn("_k", k).withColumn(
+        "_occ", F.row_number().over(Window.partitionBy(*group).orderBy("emit_seq")))
+    s = stream.withColumn("_k", k).withColumn(
+        "_occ", F.row_number().over(Window.partitionBy(*group).orderBy("partition", "offset")))
+    mine = b.select(*group, "_occ", F.col("key").alias("_bk"), "emit_seq", "task", F.lit(True).alias("_in_b"))
+    theirs = s.select(*group, "_occ", F.col("key").alias("_sk"), "partition", "offset", F.lit(True).alias("_in_s"))
+    both = mine.join(theirs, [*group, "_occ"], "full_outer")
+    copies = F.max(F.when(F.col("_in_b"), F.col("_occ"))).over(Window.partitionBy(*group))
+    both = both.withColumn("key", F.coalesce("_bk", "_sk")).withColumn("_nb", F.coalesce(copies, F.lit(0)))
+    # within a key, the stream writes rows in the order its task emitted them: a row written after one the
+    # backfill emits later has moved (a null key has no such order: a producer spreads it over partitions)
+    seen = F.max(F.when(F.col("_in_s"), F.col("emit_seq"))).over(Window.partitionBy("_k").orderBy("partition", "offset").rowsBetween(
+        Window.unboundedPreceding, -1))
+    matched = F.col("_in_b") & F.col("_in_s")
+    both = both.withColumn("_seen", F.when(matched & F.col("key").isNotNull(), seen))
+    category = (F.when(matched & (F.col("emit_seq") < F.col("_seen")), F.lit(cmp.label(MOVED)))
+                .when(matched, F.lit(MATCH))
+                .when(F.col("_in_b"), F.lit(cmp.label("missing")))
+                .when(F.col("_occ") > 1, F.lit(cmp.label("duplicate")))
+                .otherwise(F.lit(cmp.label("extra"))))
+    return both.select("key", "ts", "v", "emit_seq", "task", "partition", "offset", "_occ", "_nb",
+                       category.alias("category"), F.monotonically_increasing_id().alias("_id"))
+
+
+# ----------------------------------------------------------------------------- evidence
+
+
+@dataclass(frozen=True)
+class JoinEvidence:
+    """The join's input records as the run processed them, and what the causes need to know of the spec."""
+
+    records: DataFrame  # ops/join.py as_processed, plus `k` (the key as text)
+    windows: JoinWindows
+    joiner: str  # Spark SQL of the joiner over `left` and `right`
+    vtype: T.DataType  # the published value's type
+
+
+def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSession) -> JoinEvidence:
+    """The join's records as the run processed them (same reading, order and cut as `backfill run`)."""
+    from backfill.plan.evaluator import join_records  # the evaluator imports this package's users
+
+    assert op.join is not None
+    records = join_records(plan, spark, op.name)
+    records = records.withColumn("k", F.col("key").cast("string"))
+    return JoinEvidence(records=records, windows=JoinWindows.of(op.join),
+                        joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype)
+
+
+def _struct(prefix: str) -> Column:
+    return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
+
+
+def _pairs(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
+    """Every pair of the keys' records inside the join window, whatever the stores held: the row it would
+    give, both records, and whether the later one (in the run's task order) found the earlier."""
+    w, c = ev.windows, F.col
+    recs = ev.records.join(keys, "k", "left_semi").where(c("key").isNotNull() & c("value").isNotNull())
+    lrows, rrows, equi = bucketed(recs, recs, w, wide=True, extra=("k",))
+    inside = c("r_ts").between(F.greatest(F.lit(0), c("l_ts") - w.before), F.greatest(F.lit(0), c("l_ts") + w.after))
+    pairs = lrows.join(rrows, equi & inside).dropDuplicates(["l_task", "l_seq", "r_seq"])
+    left_later = c("l_seq") > c("r_seq")
+    seen = F.when(left_later, c("r_ts") > c("l__sst_other") - w.retention).otherwise(
+        c("l_ts") > c("r__sst_other") - w.retention)
+    pairs = pairs.select(
+        F.col("l_task").alias("task"), F.col("l_k").alias("k"), F.greatest("l_ts", "r_ts").alias("ts"),
+        _struct("l_").alias("left"), _struct("r_").alias("right"),
+        "l_seq", "r_seq", "l_ts", "r_ts", "l_partition", "l_offset", "r_partition", "r_offset", "l_topic",
+        "r_topic", seen.alias("visible"), F.when(left_later, c("l__sst_other")).otherwise(
+            c("r__sst_other")).alias("store_time"))
+    return pairs.withColumn("v", value_text(F.expr(ev.joiner), ev.vtype)).drop("left", "right")
+
+
+def _single(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
+    """The non-joined row of each outer-side record of the keys (null keys included)."""
+    c = F.col
+    recs = ev.records.join(keys, F.coalesce(ev.records["k"], F.lit(_NULL_KEY)) == keys["k"], "left_semi") \
+        .where(c("_outer") & c("value").isNotNull())
+    this = F.struct(*[F.col(f).alias(f) for f in JOINER_FIELDS])
+    none = F.lit(None).cast(recs.select(this.alias("s")).schema["s"].dataType)
+    side = c("_side") == LEFT
+    rows = recs.select("*", F.when(side, this).otherwise(none).alias("left"),
+                       F.when(side, none).otherwise(this).alias("right"))
+    value = F.expr(ev.joiner)
+    return rows.select("task", "k", "ts", value_text(value, ev.vtype).alias("v"), "seq", "_side",
+                       F.col("topic").alias("_x_topic"), F.col("partition").alias("_x_partition"),
+                       F.col("offset").alias("_x_offset"))
+
+
+def _after(ev: JoinEvidence, probes: DataFrame) -> DataFrame:
+    """For each probe (_pid, task, _side, seq): the first record of that side of the task processed after seq
+    (`_next`: ts, topic, partition, offset, value), null when none. One record moved ahead of one record of
+    another partition is the smallest change of interleaving there is: the evidence a cause may name."""
+    rec = F.struct(F.col("ts"), F.col("topic"), F.col("partition"), F.col("offset"),
+                   F.col("value").cast("string").alias("value"))
+    recs = ev.records.where(F.col("key").isNotNull()).select(
+        "task", "_side", "seq", F.lit(None).cast("long").alias("_pid"), rec.alias("_next"))
+    mixed = recs.unionByName(probes.select("task", "_side", "seq", "_pid", F.lit(None).cast(
+        recs.schema["_next"].dataType).alias("_next")))
+    # newest first, a probe before the record of its own seq: the last record seen before a probe is the first
+    # one processed after it (a running frame: one pass, where "the rows that follow" would rescan them all)
+    ahead = Window.partitionBy("task", "_side").orderBy(F.desc("seq"), F.asc_nulls_last("_pid")).rowsBetween(
+        Window.unboundedPreceding, -1)
+    return mixed.withColumn("_next", F.last("_next", ignorenulls=True).over(ahead)) \
+        .where(F.col("_pid").isNotNull()).select("_pid", "_next")
+
+
+def _rec(prefix: str, status: str) -> Column:
+    """One input record shown with a sample."""
+    return F.struct(F.col(f"{prefix}partition").cast("int").alias("partition"),
+                    F.col(f"{prefix}offset").cast("long").alias("offset"), F.col(f"{prefix}ts").alias("ts"),
+                    F.lit(status).alias("status"), F.lit(None).cast("string").alias("value"))
+
+
+def _next_rec(status: str) -> Column:
+    return F.struct(F.col("_next.partition").cast("int").alias("partition"),
+                    F.col("_next.offset").cast("long").alias("offset"), F.col("_next.ts").alias("ts"),
+                    F.lit(status).alias("status"), F.col("_next.value").alias("value"))
+
+
+def _ms(col: Column) -> Column:
+    return F.concat(col.cast("string"), F.lit(" ms"))
+
+
+def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
+    """The rows that are not a match with `cause`, `detail`, `inputs` (the records that prove the cause) and
+    `r_v` (the stream's value of a mismatch). Materialised and persisted: the caller unpersists it."""
+    cmp, c = comparison(), F.col
+    missing, extra = cmp.label("missing"), cmp.label("extra")
+    differ = rows.where(c("category") != MATCH).withColumn("k", F.coalesce(c("key"), F.lit(_NULL_KEY)))
+    open_rows = differ.where(c("category").isin(missing, extra)).persist(StorageLevel.MEMORY_AND_DISK)
+    keys = open_rows.select("k").distinct()
+    # read, ordered and cut once: the pairs, the non-joined rows and the look-ahead all read them
+    ev = dataclasses.replace(ev, records=ev.records.localCheckpoint(eager=True))
+    pairs = _pairs(ev, keys).persist(StorageLevel.MEMORY_AND_DISK)
+    single = _single(ev, keys).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        end_st = ev.records.groupBy("task").agg(F.max("_stj").alias("_end_st"))
+        found = _pair_causes(open_rows, pairs, ev, missing, extra).unionByName(
+            _single_causes(open_rows, single, pairs, ev, end_st, missing, extra))
+        produced = found.select("_id").distinct().withColumn("_produced", F.lit(True))
+        best = Window.partitionBy("_id").orderBy("cause", "detail")  # one named cause per row
+        named = found.where(c("cause").isNotNull()).withColumn("_n", F.row_number().over(best)) \
+            .where(c("_n") == 1).drop("_n")
+        out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
+        out = _mismatches(_boundaries(out, rows, missing), missing, extra)
+        out = out.withColumn("detail", F.when(c("cause").isNull() & c("detail").isNull(), F.when(
+            c("category") == extra, F.lit("no input records of this key produce this row at this timestamp")).otherwise(
+            F.lit("the backfill emits this row and the stream does not; no evidence says why"))).otherwise(c("detail"))) \
+            .withColumn("cause", F.coalesce(c("cause"), F.lit("unexplained")))
+        out = out.unionByName(_positions(differ.where(~c("category").isin(missing, extra)), cmp),
+                              allowMissingColumns=True).drop("k")
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        out.count()
+        return out
+    finally:
+        for frame in (open_rows, pairs, single):
+            frame.unpersist()
+
+
+def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
+    """Copies and moved rows: duplicate_delivery, or by the row's kind (its emit phase) emit_throttle for a
+    non-joined row, processing_order for a joined one."""
+    c = F.col
+    phase = F.pmod(c("emit_seq"), F.lit(STRIDE))
+    joined_row = (phase >= F.lit(PHASE_BASE[JOINED])) & (phase < F.lit(PHASE_BASE[2]))
+    copy = c("category") == cmp.label("duplicate")
+    cause = F.when(copy, F.lit("duplicate_delivery")).when(joined_row, F.lit("processing_order")).otherwise(
+        F.lit("emit_throttle"))
+    detail = (F.when(copy, F.concat(F.lit("copy "), c("_occ").cast("string"), F.lit(" of this row in the stream; the "
+                                                                                   "backfill emits it "),
+                                    c("_nb").cast("string"), F.lit(" time(s)")))
+              .when(joined_row, F.lit("a joined row written after a row of its key that the backfill emits later: "
+                                      "the task processed its records in another order; the values agree"))
+              .otherwise(F.lit("a non-joined row written after a row of its key that the backfill emits later: the "
+                               "stream scans its outer store when its wall-clock throttle allows, the backfill at "
+                               "every trigger; the values agree")))
+    return rows.select("*", cause.alias("cause"), detail.alias("detail"), F.lit(None).cast(INPUT_TYPE).alias("inputs"))
+
+
+def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: str, extra: str) -> DataFrame:
+    """Rows a pair of records produces: expired_differs when the earlier record's retention decides it."""
+    c, w = F.col, ev.windows
+    cand = rows.join(pairs.withColumnRenamed("task", "_ptask"), ["k", "ts", "v"])
+    left_later = c("l_seq") > c("r_seq")
+    earlier_side = F.when(left_later, F.lit(1 - LEFT)).otherwise(F.lit(LEFT))
+    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    probes = cand.select("_pid", c("_ptask").alias("task"), earlier_side.alias("_side"),
+                         F.greatest("l_seq", "r_seq").alias("seq"))
+    cand = cand.join(_after(ev, probes), "_pid", "left")
+    e_ts = F.when(left_later, c("r_ts")).otherwise(c("l_ts"))
+    e_rec = F.when(left_later, _rec("r_", "earlier")).otherwise(_rec("l_", "earlier"))
+    l_rec = F.when(left_later, _rec("l_", "later")).otherwise(_rec("r_", "later"))
+    gone = (c("category") == extra) & ~c("visible")
+    could_go = (c("category") == missing) & c("visible") & (c("_next.ts") >= e_ts + F.lit(w.retention))
+    cause = F.when(gone | could_go, F.lit("expired_differs"))
+    detail = (F.when(gone, F.concat(
+        F.lit("when the later record arrived, the backfill's store of the earlier had reached "), _ms(c("store_time")),
+        F.lit(": the earlier record (ts "), e_ts.cast("string"), F.lit(") was past its retention of "),
+        F.lit(f"{w.retention} ms; the stream's store still held it")))
+        .when(could_go, F.concat(
+            F.lit("the backfill paired them; a record of the earlier one's side at ts "), c("_next.ts").cast("string"),
+            F.lit(", a retention ("), F.lit(str(w.retention)), F.lit(" ms) ahead of it, was processed after the later "
+                                                                     "one: processed first, it expires the earlier"))))
+    inputs = F.when(could_go, F.array(e_rec, l_rec, _next_rec("moves the store on"))).otherwise(F.array(e_rec, l_rec))
+    out = cand.select("_id", cause.alias("cause"), detail.alias("detail"), inputs.cast(INPUT_TYPE).alias("inputs"))
+    return out
+
+
+def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, ev: JoinEvidence, end_st: DataFrame,
+                   missing: str, extra: str) -> DataFrame:
+    """Non-joined rows: still waiting at the end of the data, or decided by when the partner came."""
+    c, w = F.col, ev.windows
+    cand = rows.join(single.withColumnRenamed("task", "_ptask"), ["k", "ts", "v"]) \
+        .join(end_st.withColumnRenamed("task", "_ptask"), "_ptask", "left")
+    close = c("ts") + F.when(c("_side") == LEFT, F.lit(w.after)).otherwise(F.lit(w.before)) + F.lit(w.grace)
+    cand = cand.withColumn("_close", close)
+    # the record's partners in its window (the pairs it is part of)
+    as_left = pairs.select(c("task").alias("_ptask"), c("l_seq").alias("seq"), F.lit(LEFT).alias("_side"),
+                           c("r_seq").alias("_p_seq"), c("r_ts").alias("_p_ts"), c("r_partition").alias("_p_partition"),
+                           c("r_offset").alias("_p_offset"), c("r_topic").alias("_p_topic"),
+                           c("visible").alias("_p_visible"))
+    as_right = pairs.select(c("task").alias("_ptask"), c("r_seq").alias("seq"), F.lit(1 - LEFT).alias("_side"),
+                            c("l_seq").alias("_p_seq"), c("l_ts").alias("_p_ts"), c("l_partition").alias("_p_partition"),
+                            c("l_offset").alias("_p_offset"), c("l_topic").alias("_p_topic"),
+                            c("visible").alias("_p_visible"))
+    cand = cand.join(as_left.unionByName(as_right), ["_ptask", "seq", "_side"], "left")
+    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    # a record of the row's own side (another topic than the partner's) processed after the partner, past close
+    probes = cand.where(c("_p_seq").isNotNull()).select("_pid", c("_ptask").alias("task"), "_side",
+                                                        c("_p_seq").alias("seq"))
+    cand = cand.join(_after(ev, probes), "_pid", "left")
+    trigger = F.floor(c("emit_seq") / F.lit(STRIDE))
+    waiting = (c("category") == extra) & (c("_close") >= c("_end_st"))
+    closed_first = (c("category") == extra) & c("_p_seq").isNotNull() & (c("_next.ts") > c("_close"))
+    came_late = (c("category") == missing) & c("_p_seq").isNotNull() & (c("_p_seq") > trigger)
+    # the backfill's store had expired the partner: the backfill emits the record unmatched, the stream joined it
+    expired = (c("category") == missing) & c("_p_seq").isNotNull() & ~c("_p_visible")
+    this = F.struct(c("_x_partition").cast("int").alias("partition"), c("_x_offset").cast("long").alias("offset"),
+                    c("ts").alias("ts"), F.lit("unmatched record").alias("status"),
+                    F.lit(None).cast("string").alias("value"))
+    partner = F.struct(c("_p_partition").cast("int").alias("partition"), c("_p_offset").cast("long").alias("offset"),
+                       c("_p_ts").alias("ts"), F.lit("partner").alias("status"), F.lit(None).cast("string").alias("value"))
+    cause = (F.when(waiting, F.lit("range_boundary")).when(expired, F.lit("expired_differs"))
+             .when(closed_first | came_late, F.lit("partner_after_close")))
+    detail = (F.when(waiting, F.concat(F.lit("its window closes at join stream time "), _ms(c("_close")),
+                                       F.lit("; the data read ends at "), _ms(c("_end_st")),
+                                       F.lit(": the backfill still holds it, the stream went on")))
+              .when(expired, F.concat(
+                  F.lit("its partner (ts "), c("_p_ts").cast("string"), F.lit(") was past the backfill's store "
+                                                                             "retention ("), F.lit(str(w.retention)),
+                  F.lit(" ms) when they met, so the backfill emits it unmatched; the stream's store still held it")))
+              .when(closed_first, F.concat(
+                  F.lit("in the backfill its partner (ts "), c("_p_ts").cast("string"),
+                  F.lit(") arrived before the window closed at "), _ms(c("_close")), F.lit("; a record at ts "),
+                  c("_next.ts").cast("string"), F.lit(" from another partition, processed first, closes it and the "
+                                                     "stream emits it unmatched")))
+              .when(came_late, F.concat(
+                  F.lit("the backfill emitted it unmatched when its window closed (at "), _ms(c("_close")),
+                  F.lit("), before its partner (ts "), c("_p_ts").cast("string"),
+                  F.lit(") arrived; the stream processed the partner first"))))
+    inputs = F.when(closed_first, F.array(this, partner, _next_rec("closes the window"))).otherwise(
+        F.when(c("_p_seq").isNotNull(), F.array(this, partner)).otherwise(F.array(this)))
+    return cand.select("_id", cause.alias("cause"), detail.alias("detail"), inputs.cast(INPUT_TYPE).alias("inputs"))
+
+
+def _boundaries(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
+    """range_boundary for an unexplained missing row outside the time range of the stream's output (a topic's
+    retention deleted its start, or it was archived before the backfill's end)."""
+    c = F.col
+    bounds = rows.where(c("partition").isNotNull()).agg(F.min("ts").alias("lo"), F.max("ts").alias("hi")).first()
+    lo, hi = (bounds["lo"], bounds["hi"]) if bounds is not None else (None, None)
+    outside = c("cause").isNull() & (c("category") == missing) & (
+        F.lit(lo is None) | (c("ts") < F.lit(lo)) | (c("ts") > F.lit(hi)))
+    span = "it has no row" if lo is None else f"it has rows from ts {lo} to {hi}"
+    return (out.withColumn("detail", F.when(outside, F.lit(f"outside the stream's output ({span})"))
+                           .otherwise(c("detail")))
+            .withColumn("cause", F.when(outside, F.lit("range_boundary")).otherwise(c("cause"))))
+
+
+def _mismatches(rows: DataFrame, missing: str, extra: str) -> DataFrame:
+    """A stream row no input records produce, paired with a backfill row of the same key and timestamp
+    that nothing explains either: one mismatch (the values differ), unexplained."""
+    c = F.col
+    lone = c("cause").isNull() & c("_produced").isNull() & (c("category") == extra)
+    spare = c("cause").isNull() & (c("category") == missing)
+    rank = F.row_number().over(Window.partitionBy("k", "ts", "category", lone | spare).orderBy(
+        "emit_seq", "partition", "offset"))
+    ranked = rows.withColumn("_pair", F.when(lone | spare, rank))
+    s = ranked.where(lone).select("k", "ts", "_pair", c("v").alias("r_v"), c("partition").alias("_sp"),
+                                  c("offset").alias("_so"), c("_id").alias("_sid"))
+    paired = ranked.join(s, ["k", "ts", "_pair"], "left")
+    taken = paired.where(spare & c("_sid").isNotNull()).select(c("_sid").alias("_id"))
+    out = paired.join(taken.withColumn("_gone", F.lit(True)), "_id", "left").where(c("_gone").isNull())
+    out = out.withColumn("_is_pair", spare & c("_sid").isNotNull())
+    is_pair = c("_is_pair")
+    return (out.withColumn("category", F.when(is_pair, F.lit(MISMATCH)).otherwise(c("category")))
+            .withColumn("partition", F.when(is_pair, c("_sp")).otherwise(c("partition")))
+            .withColumn("offset", F.when(is_pair, c("_so")).otherwise(c("offset")))
+            .withColumn("detail", F.when(is_pair, F.lit("no input records of this key produce the stream's value "
+                                                        "at this timestamp: the joiner or the inputs differ"))
+                        .otherwise(c("detail")))
+            .withColumn("cause", F.when(is_pair, F.lit("unexplained")).otherwise(c("cause")))
+            .drop("_pair", "_sp", "_so", "_sid", "_gone", "_produced", "_is_pair"))

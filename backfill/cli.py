@@ -151,6 +151,11 @@ def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOp
                           quiet=as_json)
         if as_json:
             print(json.dumps(summary, indent=2, default=str))
+        elif engine == "reference":  # it writes nothing: its rows are in --json
+            rows = ", ".join(f"{name} {len(r):,}" for name, r in summary["outputs"].items())
+            drops = ", ".join(f"{reason} {n:,}" for reason, n in summary["ledger"].items()) or "none"
+            out.print(f"reference engine: {summary['records_in']:,} records read; rows: {rows}; ledger: {drops}; "
+                      "nothing is written (--json prints every row)", highlight=False)
         else:
             from backfill.summary import print_summary
 

@@ -9,11 +9,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from backfill.errors import SpecError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
 # jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
@@ -144,3 +147,10 @@ def quiet_python_logs() -> None:
     if not os.environ.get("BACKFILL_DEBUG"):
         for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
             logging.getLogger(name).disabled = True
+
+
+def release(checkpointed: DataFrame) -> None:
+    """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise)."""
+    plan = checkpointed._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)

@@ -36,6 +36,7 @@ from backfill.jobspec.rekeys import copied, rekeys, stream_name
 from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan.definition import Plan
+from backfill.session import release
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
 
@@ -136,7 +137,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
         _run_operators(plan, spark, ordered, summary, progress, started, intervals)
     finally:
         for frame in (ordered, *stored):
-            _release(frame)
+            release(frame)
     return summary
 
 
@@ -287,13 +288,6 @@ def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
     summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
     ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
     return as_processed(ordered, op.spec, op.stream_time)
-
-
-def _release(checkpointed: DataFrame) -> None:
-    """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise)."""
-    plan = checkpointed._jdf.queryExecution().analyzed()
-    if plan.getClass().getSimpleName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
 
 
 # `value`, then `.field` or `.`quoted field``: Spark SQL names are case-insensitive

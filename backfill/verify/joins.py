@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -41,6 +40,7 @@ from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
 from backfill.ops.windows import LEFT, JoinWindows
 from backfill.jobspec.models import OperatorSpec
 from backfill.plan.definition import Plan
+from backfill.session import release
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
 from backfill.verify.tables import is_topic_archive
 
@@ -120,8 +120,8 @@ def reconcile(backfill: DataFrame, stream: DataFrame) -> DataFrame:
     both = both.withColumn("key", F.coalesce("_bk", "_sk")).withColumn("_nb", F.coalesce(copies, F.lit(0)))
     # within a key, the stream writes rows in the order its task emitted them: a row written after one the
     # backfill emits later has moved (a null key has no such order: a producer spreads it over partitions)
-    seen = F.max(F.when(F.col("_in_s"), F.col("emit_seq"))).over(Window.partitionBy("_k").orderBy("partition", "offset").rowsBetween(
-        Window.unboundedPreceding, -1))
+    written_before = Window.partitionBy("_k").orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    seen = F.max(F.when(F.col("_in_s"), F.col("emit_seq"))).over(written_before)
     matched = F.col("_in_b") & F.col("_in_s")
     both = both.withColumn("_seen", F.when(matched & F.col("key").isNotNull(), seen))
     category = (F.when(matched & (F.col("emit_seq") < F.col("_seen")), F.lit(cmp.label(MOVED)))
@@ -238,34 +238,37 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
     cmp, c = comparison(), F.col
     missing, extra = cmp.label("missing"), cmp.label("extra")
     differ = rows.where(c("category") != MATCH).withColumn("k", F.coalesce(c("key"), F.lit(_NULL_KEY)))
-    open_rows = differ.where(c("category").isin(missing, extra)).persist(StorageLevel.MEMORY_AND_DISK)
+    # small frames stored as they are: each step then plans over a short lineage (planning dominated otherwise)
+    open_rows = differ.where(c("category").isin(missing, extra)).localCheckpoint(eager=True)
     keys = open_rows.select("k").distinct()
     # read, ordered and cut once: the pairs, the non-joined rows and the look-ahead all read them
     ev = dataclasses.replace(ev, records=ev.records.localCheckpoint(eager=True))
-    pairs = _pairs(ev, keys).persist(StorageLevel.MEMORY_AND_DISK)
-    single = _single(ev, keys).persist(StorageLevel.MEMORY_AND_DISK)
+    pairs = _pairs(ev, keys).localCheckpoint(eager=True)
+    single = _single(ev, keys).localCheckpoint(eager=True)
+    held = [open_rows, pairs, single, ev.records]
     try:
         end_st = ev.records.groupBy("task").agg(F.max("_stj").alias("_end_st"))
-        found = _pair_causes(open_rows, pairs, ev, missing, extra).unionByName(
-            _single_causes(open_rows, single, pairs, ev, end_st, missing, extra))
+        written = rows.where(c("partition").isNotNull() & (c("_occ") == 1)).select(
+            F.coalesce(c("key"), F.lit(_NULL_KEY)).alias("k"), "ts", "v", "partition", "offset")
+        found = _pair_causes(open_rows, pairs, ev, missing, extra, held).unionByName(
+            _single_causes(open_rows, single, pairs, written, ev, end_st, missing, extra, held))
         produced = found.select("_id").distinct().withColumn("_produced", F.lit(True))
         best = Window.partitionBy("_id").orderBy("cause", "detail")  # one named cause per row
         named = found.where(c("cause").isNotNull()).withColumn("_n", F.row_number().over(best)) \
             .where(c("_n") == 1).drop("_n")
         out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
         out = _mismatches(_boundaries(out, rows, missing), missing, extra)
-        out = out.withColumn("detail", F.when(c("cause").isNull() & c("detail").isNull(), F.when(
-            c("category") == extra, F.lit("no input records of this key produce this row at this timestamp")).otherwise(
-            F.lit("the backfill emits this row and the stream does not; no evidence says why"))).otherwise(c("detail"))) \
-            .withColumn("cause", F.coalesce(c("cause"), F.lit("unexplained")))
+        why_not = F.when(c("category") == extra, F.lit("no input records of this key produce this row at this "
+                                                        "timestamp")).otherwise(
+            F.lit("the backfill emits this row and the stream does not; no evidence says why"))
+        out = out.withColumn("detail", F.when(c("cause").isNull() & c("detail").isNull(), why_not)
+                             .otherwise(c("detail"))).withColumn("cause", F.coalesce(c("cause"), F.lit("unexplained")))
         out = out.unionByName(_positions(differ.where(~c("category").isin(missing, extra)), cmp),
                               allowMissingColumns=True).drop("k")
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
-        out.count()
-        return out
+        return out.localCheckpoint(eager=True)
     finally:
-        for frame in (open_rows, pairs, single):
-            frame.unpersist()
+        for frame in held:
+            release(frame)
 
 
 def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
@@ -288,13 +291,15 @@ def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
     return rows.select("*", cause.alias("cause"), detail.alias("detail"), F.lit(None).cast(INPUT_TYPE).alias("inputs"))
 
 
-def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: str, extra: str) -> DataFrame:
+def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: str, extra: str,
+                 held: list[DataFrame]) -> DataFrame:
     """Rows a pair of records produces: expired_differs when the earlier record's retention decides it."""
     c, w = F.col, ev.windows
     cand = rows.join(pairs.withColumnRenamed("task", "_ptask"), ["k", "ts", "v"])
     left_later = c("l_seq") > c("r_seq")
     earlier_side = F.when(left_later, F.lit(1 - LEFT)).otherwise(F.lit(LEFT))
-    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).localCheckpoint(eager=True)
+    held.append(cand)
     probes = cand.select("_pid", c("_ptask").alias("task"), earlier_side.alias("_side"),
                          F.greatest("l_seq", "r_seq").alias("seq"))
     cand = cand.join(_after(ev, probes), "_pid", "left")
@@ -317,8 +322,8 @@ def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: s
     return out
 
 
-def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, ev: JoinEvidence, end_st: DataFrame,
-                   missing: str, extra: str) -> DataFrame:
+def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written: DataFrame, ev: JoinEvidence,
+                   end_st: DataFrame, missing: str, extra: str, held: list[DataFrame]) -> DataFrame:
     """Non-joined rows: still waiting at the end of the data, or decided by when the partner came."""
     c, w = F.col, ev.windows
     cand = rows.join(single.withColumnRenamed("task", "_ptask"), ["k", "ts", "v"]) \
@@ -329,19 +334,29 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, ev: Joi
     as_left = pairs.select(c("task").alias("_ptask"), c("l_seq").alias("seq"), F.lit(LEFT).alias("_side"),
                            c("r_seq").alias("_p_seq"), c("r_ts").alias("_p_ts"), c("r_partition").alias("_p_partition"),
                            c("r_offset").alias("_p_offset"), c("r_topic").alias("_p_topic"),
-                           c("visible").alias("_p_visible"))
+                           c("visible").alias("_p_visible"), c("ts").alias("_p_row_ts"), c("v").alias("_p_row_v"))
     as_right = pairs.select(c("task").alias("_ptask"), c("r_seq").alias("seq"), F.lit(1 - LEFT).alias("_side"),
-                            c("l_seq").alias("_p_seq"), c("l_ts").alias("_p_ts"), c("l_partition").alias("_p_partition"),
+                            c("l_seq").alias("_p_seq"), c("l_ts").alias("_p_ts"),
+                            c("l_partition").alias("_p_partition"),
                             c("l_offset").alias("_p_offset"), c("l_topic").alias("_p_topic"),
-                            c("visible").alias("_p_visible"))
+                            c("visible").alias("_p_visible"), c("ts").alias("_p_row_ts"), c("v").alias("_p_row_v"))
     cand = cand.join(as_left.unionByName(as_right), ["_ptask", "seq", "_side"], "left")
-    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    # where the stream wrote the joined row of the record and its partner (its first copy)
+    joined_at = written.select(c("k"), c("ts").alias("_p_row_ts"), c("v").alias("_p_row_v"),
+                               c("partition").alias("_j_partition"), c("offset").alias("_j_offset"))
+    cand = cand.join(joined_at, ["k", "_p_row_ts", "_p_row_v"], "left")
+    cand = cand.withColumn("_pid", F.monotonically_increasing_id()).localCheckpoint(eager=True)
+    held.append(cand)
     # a record of the row's own side (another topic than the partner's) processed after the partner, past close
     probes = cand.where(c("_p_seq").isNotNull()).select("_pid", c("_ptask").alias("task"), "_side",
                                                         c("_p_seq").alias("seq"))
     cand = cand.join(_after(ev, probes), "_pid", "left")
     trigger = F.floor(c("emit_seq") / F.lit(STRIDE))
     waiting = (c("category") == extra) & (c("_close") >= c("_end_st"))
+    # the stream's own order shows its window closed first: it wrote the row unmatched, then the joined row
+    # (a late partner still joins: no grace check in the join, 10.2)
+    wrote_first = (c("category") == extra) & c("_p_seq").isNotNull() & (c("_j_partition") == c("partition")) & (
+        c("_j_offset") > c("offset"))
     closed_first = (c("category") == extra) & c("_p_seq").isNotNull() & (c("_next.ts") > c("_close"))
     came_late = (c("category") == missing) & c("_p_seq").isNotNull() & (c("_p_seq") > trigger)
     # the backfill's store had expired the partner: the backfill emits the record unmatched, the stream joined it
@@ -350,9 +365,10 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, ev: Joi
                     c("ts").alias("ts"), F.lit("unmatched record").alias("status"),
                     F.lit(None).cast("string").alias("value"))
     partner = F.struct(c("_p_partition").cast("int").alias("partition"), c("_p_offset").cast("long").alias("offset"),
-                       c("_p_ts").alias("ts"), F.lit("partner").alias("status"), F.lit(None).cast("string").alias("value"))
+                       c("_p_ts").alias("ts"), F.lit("partner").alias("status"),
+                       F.lit(None).cast("string").alias("value"))
     cause = (F.when(waiting, F.lit("range_boundary")).when(expired, F.lit("expired_differs"))
-             .when(closed_first | came_late, F.lit("partner_after_close")))
+             .when(wrote_first | closed_first | came_late, F.lit("partner_after_close")))
     detail = (F.when(waiting, F.concat(F.lit("its window closes at join stream time "), _ms(c("_close")),
                                        F.lit("; the data read ends at "), _ms(c("_end_st")),
                                        F.lit(": the backfill still holds it, the stream went on")))
@@ -360,6 +376,12 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, ev: Joi
                   F.lit("its partner (ts "), c("_p_ts").cast("string"), F.lit(") was past the backfill's store "
                                                                              "retention ("), F.lit(str(w.retention)),
                   F.lit(" ms) when they met, so the backfill emits it unmatched; the stream's store still held it")))
+              .when(wrote_first, F.concat(
+                  F.lit("the stream wrote it unmatched (offset "), c("offset").cast("string"),
+                  F.lit(") before its joined row with the partner at ts "), c("_p_ts").cast("string"),
+                  F.lit(" (offset "), c("_j_offset").cast("string"), F.lit("): its window had closed (at "),
+                  _ms(c("_close")),
+                  F.lit(") before the partner arrived; in the backfill the partner came first")))
               .when(closed_first, F.concat(
                   F.lit("in the backfill its partner (ts "), c("_p_ts").cast("string"),
                   F.lit(") arrived before the window closed at "), _ms(c("_close")), F.lit("; a record at ts "),

@@ -22,6 +22,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.io.runs import last_run
 from backfill.ledger import LEDGER_SCHEMA
 from backfill.ranges import in_range
+from backfill.session import release
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
@@ -401,7 +402,7 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
     finally:
         rows.unpersist()
         if attributed is not None:
-            attributed.unpersist()
+            release(attributed)
 
 
 def _unique_suite(stream: DataFrame, name: str) -> list[dict[str, Any]]:

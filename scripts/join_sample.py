@@ -2,6 +2,10 @@
 
     .venv/bin/python scripts/join_sample.py [--seed 11] [--minutes 20]
 
+It also writes samples/click_attribution_stream.jsonl, a simulated streaming output of the click_attribution
+join with the differences a live application shows (backfill/demo/join_stream.py), which the job's `verify`
+section reconciles.
+
 An ad server writes impressions (an ad shown to a user) and clicks (a user clicking an ad) to two topics
 of 2 partitions, both keyed by user id, so they are co-partitioned as a stream-stream join requires.
 About a third of the impressions get a click 2-90 s later; some clicks have no impression near them (seen
@@ -72,3 +76,7 @@ if __name__ == "__main__":
     parser.add_argument("--minutes", type=int, default=20)
     args = parser.parse_args()
     print(write(args.seed, args.minutes))
+    from backfill.demo.join_stream import write_join_stream_sample
+
+    job = OUT.parent / "clicks_impressions.yaml"
+    print(write_join_stream_sample(job, "click_attribution", OUT / "click_attribution_stream.jsonl"))

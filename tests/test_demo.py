@@ -108,6 +108,9 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
     assert "late examples, clicks_per_user_5m_hop" in text and "null_key" in text
     assert "demo-output/data/gold/" in text and "demo-output/data/ledger/clicks" in text
     work = tmp_path / "demo-output"
+    # the join example is installed next to it, with the verify command that explains its simulated stream
+    assert "backfill verify demo-output/jobs/clicks_impressions.yaml --run" in text
+    assert (work / "jobs/samples/click_attribution_stream.jsonl").is_file() and (work / "schemas/ad_click.json").is_file()
     ledger = DeltaTable(str(work / "data/ledger/clicks")).to_pyarrow_table().to_pylist()
     assert "late examples, user_sessions (session gap 30s, grace 10s)" in text
     grace = {"clicks_per_user_1m": 10_000, "clicks_per_user_5m_hop": 30_000}

@@ -68,3 +68,39 @@ def test_a_ranged_run_writes_exactly_the_full_runs_rows_in_range(example, tmp_pa
     for name, col in [(OPS[0], "ts"), (OPS[1], "ts"), ("ledger", "range_time")]:
         assert rows(read_jsonl(out / f"{name}.jsonl"), col) == rows(full[name], col)
         assert len(rows(full[name], col)) > (0 if name == "ledger" else 100)
+
+
+def test_the_example_stream_sample_is_what_the_simulation_writes():
+    """jobs/samples/click_attribution_stream.jsonl is scripts/join_sample.py's output (regenerated, equal)."""
+    from backfill.demo.join_stream import simulate_join
+
+    rows, facts = simulate_join(REPO / "jobs" / "clicks_impressions.yaml", "click_attribution")
+    assert rows == read_jsonl(REPO / "jobs" / "samples" / "click_attribution_stream.jsonl")
+    assert (len(facts["throttled"]), len(facts["lagged"]), len(facts["duplicated"]), len(facts["ran_on"])) \
+        == (2, 2, 2, 1)
+
+
+def test_verify_explains_every_planted_difference_of_the_join(example):
+    """`backfill verify` on the example (its `verify` section): each planted difference with its cause, the
+    proof attached, nothing unexplained (exit 0)."""
+    from backfill.demo.join_stream import simulate_join
+
+    job, _, _ = example
+    _, facts = simulate_join(job, "click_attribution")
+    report = job.parent.parent / "verify-report"
+    done = CliRunner().invoke(app, ["verify", str(job), "--report", str(report)])
+    assert done.exit_code == 0, done.stderr
+    out = json.loads((report / "report.json").read_text())
+    assert out["verdict"] == "explained"
+    assert {c: n for c, n in out["causes"].items() if n} == {"emit_throttle": 2, "partner_after_close": 2,
+                                                            "duplicate_delivery": 2, "range_boundary": 1}
+    section = out["sections"][0]
+    assert section["counts"]["match"] == 648 and section["counts"]["moved_in_stream"] == 2
+    found = {(s["cause"], f"{s['key']}@{s['ts']}") for s in section["samples"] if s["cause"]}
+    assert {("emit_throttle", x) for x in facts["throttled"]} <= found
+    assert {("partner_after_close", x) for x in facts["lagged"]} <= found
+    assert {("duplicate_delivery", x) for x in facts["duplicated"]} <= found
+    assert {("range_boundary", x) for x in facts["ran_on"]} <= found
+    lagged = next(s for s in section["samples"] if s["cause"] == "partner_after_close")
+    assert [r["status"] for r in lagged["inputs"]] == ["unmatched record", "partner"]
+    assert "before its joined row" in lagged["detail"]

@@ -35,6 +35,9 @@ SOURCE = "data/bronze/clicks"
 LEDGER = "data/ledger/clicks"
 GOLD = "data/gold"
 STREAM = "data/stream/clicks_per_user_1m"  # the simulated streaming output (backfill/demo/stream.py)
+# the join example and its simulated streaming output (backfill/demo/join_stream.py), copied as they are
+JOIN_EXAMPLE = ("jobs/clicks_impressions.yaml", "jobs/samples/clicks.jsonl", "jobs/samples/impressions.jsonl",
+                "jobs/samples/click_attribution_stream.jsonl", "schemas/impression.json", "schemas/ad_click.json")
 STREAM_OPERATOR = "clicks_per_user_1m"
 EXAMPLES = 5
 
@@ -153,6 +156,10 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
               f"still open at the archive's end) is in {WORK_DIR}/{STREAM}; check the backfill against it with "
               f"[bold]backfill verify {WORK_DIR}/jobs/demo.yaml --against {STREAM_OPERATOR}={WORK_DIR}/{STREAM}[/]",
               highlight=False)
+    join = f"{WORK_DIR}/{JOIN_EXAMPLE[0]}"
+    out.print(f"The join example (which impression led to each click) has a simulated streaming output too: "
+              f"[bold]backfill verify {join} --run[/] re-derives the join and explains every difference of it.",
+              highlight=False)
     explain_backtest(out, backtest, live)
 
 
@@ -169,7 +176,7 @@ def install_job(work: Path) -> Path:
     """Copy the demo's jobs and schemas/click.json into `work` (same layout, so relative paths hold)."""
     repo = Path(backfill.__file__).resolve().parent.parent
     for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "jobs/scheduled_clicks.yaml",
-                "schemas/click.json"):
+                "schemas/click.json", *JOIN_EXAMPLE):
         if not (repo / rel).is_file():
             raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
                             "install backfill with `pip install -e` from a clone")

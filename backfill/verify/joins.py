@@ -68,9 +68,14 @@ def categories() -> tuple[str, ...]:
 # ----------------------------------------------------------------------------- both outputs as rows
 
 
-def value_text(value: Column, vtype: T.DataType) -> Column:
-    """The joiner's value as canonical text: JSON in the backfill's field order for a struct, else the text."""
+def value_text(value: Column, vtype: T.DataType, reparse: bool = False) -> Column:
+    """The joiner's value as canonical text: JSON in the backfill's field order for a struct, else the text.
+
+    `reparse`: the value is a struct of another field order or types (the joiner's own, where the published
+    output was read back from JSON): matched to `vtype` by field name."""
     if isinstance(vtype, T.StructType):
+        if reparse:
+            value = F.from_json(F.to_json(value), vtype)
         return F.to_json(value, {"ignoreNullFields": "false"})
     return value.cast("string")
 
@@ -178,7 +183,7 @@ def _pairs(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
         "l_seq", "r_seq", "l_ts", "r_ts", "l_partition", "l_offset", "r_partition", "r_offset", "l_topic",
         "r_topic", seen.alias("visible"), F.when(left_later, c("l__sst_other")).otherwise(
             c("r__sst_other")).alias("store_time"))
-    return pairs.withColumn("v", value_text(F.expr(ev.joiner), ev.vtype)).drop("left", "right")
+    return pairs.withColumn("v", value_text(F.expr(ev.joiner), ev.vtype, reparse=True)).drop("left", "right")
 
 
 def _single(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
@@ -192,7 +197,7 @@ def _single(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
     rows = recs.select("*", F.when(side, this).otherwise(none).alias("left"),
                        F.when(side, none).otherwise(this).alias("right"))
     value = F.expr(ev.joiner)
-    return rows.select("task", "k", "ts", value_text(value, ev.vtype).alias("v"), "seq", "_side",
+    return rows.select("task", "k", "ts", value_text(value, ev.vtype, reparse=True).alias("v"), "seq", "_side",
                        F.col("topic").alias("_x_topic"), F.col("partition").alias("_x_partition"),
                        F.col("offset").alias("_x_offset"))
 
@@ -228,8 +233,9 @@ def _next_rec(status: str) -> Column:
                     F.lit(status).alias("status"), F.col("_next.value").alias("value"))
 
 
-def _ms(col: Column) -> Column:
-    return F.concat(col.cast("string"), F.lit(" ms"))
+def _at(col: Column) -> Column:
+    """An instant as the report prints times: UTC, with the milliseconds."""
+    return F.date_format(F.timestamp_millis(col), "yyyy-MM-dd HH:mm:ss.SSS")
 
 
 def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
@@ -310,7 +316,8 @@ def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: s
     could_go = (c("category") == missing) & c("visible") & (c("_next.ts") >= e_ts + F.lit(w.retention))
     cause = F.when(gone | could_go, F.lit("expired_differs"))
     detail = (F.when(gone, F.concat(
-        F.lit("when the later record arrived, the backfill's store of the earlier had reached "), _ms(c("store_time")),
+        F.lit("when the later record arrived, the backfill's store of the earlier had reached "),
+        _at(c("store_time")),
         F.lit(": the earlier record (ts "), e_ts.cast("string"), F.lit(") was past its retention of "),
         F.lit(f"{w.retention} ms; the stream's store still held it")))
         .when(could_go, F.concat(
@@ -369,8 +376,8 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written
                        F.lit(None).cast("string").alias("value"))
     cause = (F.when(waiting, F.lit("range_boundary")).when(expired, F.lit("expired_differs"))
              .when(wrote_first | closed_first | came_late, F.lit("partner_after_close")))
-    detail = (F.when(waiting, F.concat(F.lit("its window closes at join stream time "), _ms(c("_close")),
-                                       F.lit("; the data read ends at "), _ms(c("_end_st")),
+    detail = (F.when(waiting, F.concat(F.lit("its window closes at join stream time "), _at(c("_close")),
+                                       F.lit("; the data read ends at "), _at(c("_end_st")),
                                        F.lit(": the backfill still holds it, the stream went on")))
               .when(expired, F.concat(
                   F.lit("its partner (ts "), c("_p_ts").cast("string"), F.lit(") was past the backfill's store "
@@ -380,15 +387,15 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written
                   F.lit("the stream wrote it unmatched (offset "), c("offset").cast("string"),
                   F.lit(") before its joined row with the partner at ts "), c("_p_ts").cast("string"),
                   F.lit(" (offset "), c("_j_offset").cast("string"), F.lit("): its window had closed (at "),
-                  _ms(c("_close")),
+                  _at(c("_close")),
                   F.lit(") before the partner arrived; in the backfill the partner came first")))
               .when(closed_first, F.concat(
                   F.lit("in the backfill its partner (ts "), c("_p_ts").cast("string"),
-                  F.lit(") arrived before the window closed at "), _ms(c("_close")), F.lit("; a record at ts "),
+                  F.lit(") arrived before the window closed at "), _at(c("_close")), F.lit("; a record at ts "),
                   c("_next.ts").cast("string"), F.lit(" from another partition, processed first, closes it and the "
                                                      "stream emits it unmatched")))
               .when(came_late, F.concat(
-                  F.lit("the backfill emitted it unmatched when its window closed (at "), _ms(c("_close")),
+                  F.lit("the backfill emitted it unmatched when its window closed (at "), _at(c("_close")),
                   F.lit("), before its partner (ts "), c("_p_ts").cast("string"),
                   F.lit(") arrived; the stream processed the partner first"))))
     inputs = F.when(closed_first, F.array(this, partner, _next_rec("closes the window"))).otherwise(

@@ -10,6 +10,7 @@ differences.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from tests.conftest import read_jsonl, write_jsonl
 from tests.golden.harness import run_job
+from tests.verify.browser import Browser
 
 pytestmark = pytest.mark.spark
 
@@ -86,7 +88,7 @@ def _stream(backfill: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def verified(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+def verified(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], list[dict[str, Any]], Path]:
     from backfill.session import get_spark
 
     get_spark("local")
@@ -97,12 +99,12 @@ def verified(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, A
     result = CliRunner().invoke(app, ["verify", str(tmp / "job.yaml"), "--against", f"lj={tmp / 'stream.jsonl'}",
                                       "--report", str(tmp / "report"), "--junit", str(tmp / "junit.xml")])
     report = json.loads((tmp / "report" / "report.json").read_text())
-    return result.exit_code, report, got.outputs["lj"]
+    return result.exit_code, report, got.outputs["lj"], tmp / "report"
 
 
 def test_the_backfill_emits_what_the_timeline_says(verified):
     """The rows the planted differences are built on are the backfill's own (the timeline is what it says)."""
-    _, _, backfill = verified
+    _, _, backfill, _ = verified
     rows = {(r["key"], r["value"], r["ts"]) for r in backfill}
     for row, mine, _, _ in PLANTED:
         assert ((row["key"], row["value"], row["ts"]) in rows) == mine, row
@@ -110,7 +112,7 @@ def test_the_backfill_emits_what_the_timeline_says(verified):
 
 
 def test_each_planted_difference_has_its_cause(verified):
-    code, report, _ = verified
+    code, report, _, _ = verified
     section = report["sections"][0]
     assert section["keys"] == ["key", "ts"]
     assert section["counts"]["missing_in_stream"] == 3  # the changed row pairs with its original: a mismatch
@@ -131,7 +133,7 @@ def test_each_planted_difference_has_its_cause(verified):
 
 
 def test_the_records_that_prove_a_cause_are_shown(verified):
-    _, report, _ = verified
+    _, report, _, _ = verified
     samples = {(s["key"], s["r_value"] or s["l_value"]): s for s in report["sections"][0]["samples"]}
     moved_on = samples[("b", "b2+B3")]["inputs"]
     assert [(r["status"], r["ts"]) for r in moved_on] == [("earlier", 2000), ("later", 2050),
@@ -141,6 +143,37 @@ def test_the_records_that_prove_a_cause_are_shown(verified):
                                                        ("closes the window", 3300)]
     gone = samples[("a", "a1+A1")]["inputs"]
     assert [(r["status"], r["offset"]) for r in gone] == [("earlier", 0), ("later", 1)]
+
+
+def test_the_report_in_a_browser_filters_by_a_clicked_cause_and_loads_nothing(verified, tmp_path):
+    """Headless Chromium over its DevTools protocol: the page loads no resource but itself, a mouse click on a
+    cause shows that cause's samples only, a second click shows them all again; a screenshot is kept."""
+    _, report, _, folder = verified
+    page = Browser(tmp_path / "profile")
+    try:
+        page.open((folder / "index.html").resolve().as_uri())
+        samples = len(report["sections"][0]["samples"])
+        visible = "Array.from(document.querySelectorAll('.sample')).filter(e => !e.hidden).map(e => e.dataset.cause)"
+        assert len(page.js(visible)) == samples
+        page.click(".chip[data-cause='expired_differs']")
+        assert page.js(visible) == ["expired_differs"] * 3
+        assert page.js("document.querySelector('.f-count').textContent") == f"3 of {samples} samples shown"
+        assert page.js("document.querySelector('.chip.on').dataset.cause") == "expired_differs"
+        shot = Path(__file__).resolve().parents[2] / "test-artifacts" / "verify-join-report.png"
+        page.screenshot(shot)
+        assert shot.stat().st_size > 20_000
+        page.click(".chip[data-cause='expired_differs']")
+        assert len(page.js(visible)) == samples
+        # the first thing a reader sees: the verdict, then what to look at, the unexplained difference first
+        assert page.js("document.querySelector('#verdict').textContent").startswith("verdict: differences")
+        assert page.js("document.querySelector('#first-look').textContent").startswith(
+            "Start here: 1 row of lj differs and nothing explains it.")
+        assert page.js(visible)[0] == "unexplained"
+        page.click("#first-look a")  # its link shows those samples only
+        assert page.js(visible) == ["unexplained"]
+        assert page.requests and all(u.startswith(("file:", "data:")) for u in page.requests), page.requests
+    finally:
+        page.close()
 
 
 def test_an_identical_stream_matches(tmp_path, spark):

@@ -323,7 +323,7 @@ def _samples(s: Section) -> str:
         tags = f"data-cause='{_e(row.get('cause') or 'match')}' data-key='{_e(row.get(s.keys[0]))}'"
         out.append(f"<div class=sample {tags}><div><b>{_e(row['category'])}</b>{cause} &middot; {_e(key)}</div>{detail}"
                    f"{extra}<table><tr><th>column</th><th>{_e(left)}</th><th>{_e(right)}</th></tr>{cells}</table>"
-                   f"{_evidence(row)}{_inputs(row)}</div>")
+                   f"{_evidence(row)}{_inputs(row, _unit(s))}</div>")
     return "\n".join(out)
 
 
@@ -337,7 +337,7 @@ def _evidence(row: dict[str, Any]) -> str:
             f"<th>stream time at arrival</th><th>backfill</th></tr>{body}</table>")
 
 
-def _inputs(row: dict[str, Any]) -> str:
+def _inputs(row: dict[str, Any], unit: str = "windows") -> str:
     recs = row.get("inputs")
     if recs is None:
         return ""
@@ -345,7 +345,7 @@ def _inputs(row: dict[str, Any]) -> str:
     shown = f"{total}" if total <= len(recs) else f"{total:,}; the first {len(recs)} shown"
     body = "".join(f"<tr><td class=n>{r['partition']}</td><td class=n>{r['offset']}</td><td>{_e(_fmt(r['ts'], 'ts'))}"
                    f"</td><td>{_e(r['status'])}</td><td class=mono>{_e(r['value'])}</td></tr>" for r in recs)
-    what, role = ("this row", "role") if "window_start" not in row else ("this window", "backfill")
+    what, role = ("this window", "backfill") if unit == "windows" else ("this row", "role")
     return (f"<details><summary>input records behind {what} ({shown})</summary><table><tr><th>partition"
             f"</th><th>offset</th><th>ts</th><th>{role}</th><th>value</th></tr>{body}</table></details>")
 

@@ -76,6 +76,13 @@ class Browser:
         out = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True)
         return out["result"].get("value")
 
+    def until(self, expression: str, expected: Any, timeout: float = 10) -> Any:
+        """Evaluate until it gives `expected` (an event the page handles later, e.g. a hash change)."""
+        deadline = time.time() + timeout
+        while (value := self.js(expression)) != expected and time.time() < deadline:
+            time.sleep(0.1)
+        return value
+
     def click(self, selector: str) -> None:
         """A real mouse click (press and release) at the middle of the first element matching `selector`."""
         box = self.js(f"(function () {{ var el = document.querySelector({json.dumps(selector)}); "

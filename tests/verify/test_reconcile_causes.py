@@ -121,7 +121,8 @@ def test_each_defect_gets_its_category_and_cause(verified: tuple[Path, int, dict
     assert report["causes"] == {"late_drop_differs": 2, "range_boundary": 2, "tie_order": 1,
                                 "duplicate_delivery": 1, "missing_input": 1, "reprocessed_after_restart": 0,
                                 "reemitted": 0, "state_lost_on_restore": 0, "session_merge_differs": 0,
-                                "unexplained": 3}
+                                "expired_differs": 0, "partner_after_close": 0, "emit_throttle": 0,
+                                "processing_order": 0, "unexplained": 3}
     # the windows still open at the end of the data are judged by the stream times the run recorded
     assert any(n.startswith("each task's stream time at the end of the data: recorded by run ")
                for n in report["sections"][0]["notes"])

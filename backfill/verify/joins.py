@@ -21,20 +21,25 @@ is, with what the run did to them (task order, the stores' stream times):
   when a wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
 - processing_order: a joined row at another position: the task processed its records in another order
   (live edge, max.task.idle.ms, ties: 14.2.4-5). The values agree.
-- range_boundary: the row lies outside the time range of the stream's output, its window had not closed when
-  the data read ends, or the stream's output of the task ends before the row's moment.
+- range_boundary: the row lies outside the time range of the stream's output, or its window had not closed
+  when the data read ends.
+- missing_input (co-partitioned joins): an input partition of the row's task skips offsets within a store
+  retention of the row's timestamp (14.2.8).
 - unexplained: none of the above. A stream value that no input records produce is a logic difference
   (category mismatch when the backfill has another row at the same key and timestamp).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SourceError
+from backfill.io.sources import read_source
+from backfill.time.extract import extract
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
 from backfill.ops.windows import LEFT, JoinWindows
@@ -149,6 +154,8 @@ class JoinEvidence:
     windows: JoinWindows
     joiner: str  # Spark SQL of the joiner over `left` and `right`
     vtype: T.DataType  # the published value's type
+    gaps: DataFrame | None = None  # offset gaps of a co-partitioned join's inputs: task, topic, gap_from, gap_to,
+    # ts_before, ts_after (every record read counts, a dropped one too: only what the archive lacks is a gap)
 
 
 def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSession) -> JoinEvidence:
@@ -158,8 +165,24 @@ def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSessio
     assert op.join is not None
     records = join_records(plan, spark, op.name)
     records = records.withColumn("k", F.col("key").cast("string"))
+    gaps = None if op.join.group_by is not None else _input_gaps(spark, plan, op)  # a task is a partition
     return JoinEvidence(records=records, windows=JoinWindows.of(op.join),
-                        joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype)
+                        joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype, gaps=gaps)
+
+
+def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame:
+    """Where a join input's archive skips offsets (kafka-streams.md 14.2.8): per partition (the task of a
+    co-partitioned join), the offsets missing and the timestamps of the records around them."""
+    frames = []
+    for source in op.inputs:
+        spec = plan.job.spec.sources[source]
+        read = read_source(spark, plan.job, source, plan.source(source).rank, headers=False)
+        df = extract(read.records, spec.timestamp, source).select("topic", "partition", "offset", "ts")
+        order = Window.partitionBy("topic", "partition").orderBy("offset")
+        frames.append(df.select(F.col("partition").alias("task"), "topic", (F.lag("offset").over(order) + 1).alias(
+            "gap_from"), (F.col("offset") - 1).alias("gap_to"), F.lag("ts").over(order).alias("ts_before"),
+            F.col("ts").alias("ts_after")).where(F.col("gap_to") >= F.col("gap_from")))
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def _struct(prefix: str) -> Column:
@@ -263,7 +286,10 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
         named = found.where(c("cause").isNotNull()).withColumn("_n", F.row_number().over(best)) \
             .where(c("_n") == 1).drop("_n")
         out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
-        out = _mismatches(_boundaries(out, rows, missing), missing, extra)
+        out = _boundaries(out, rows, missing)
+        if ev.gaps is not None:
+            out = _missing_input(out, ev)
+        out = _mismatches(out, missing, extra)
         why_not = F.when(c("category") == extra, F.lit("no input records of this key produce this row at this "
                                                         "timestamp")).otherwise(
             F.lit("the backfill emits this row and the stream does not; no evidence says why"))
@@ -415,6 +441,31 @@ def _boundaries(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
     return (out.withColumn("detail", F.when(outside, F.lit(f"outside the stream's output ({span})"))
                            .otherwise(c("detail")))
             .withColumn("cause", F.when(outside, F.lit("range_boundary")).otherwise(c("cause"))))
+
+
+def _missing_input(out: DataFrame, ev: JoinEvidence) -> DataFrame:
+    """missing_input for an unexplained row of a task whose input skips offsets near the row's time: the
+    records of the row (or that would have changed it) lie within a store retention of its timestamp."""
+    c, reach = F.col, ev.windows.retention
+    tasks = ev.records.select("k", F.col("task").alias("_ktask")).distinct()
+    gaps = ev.gaps
+    assert gaps is not None
+    near = (out.where(c("cause").isNull()).select("_id", "k", "ts", "task").join(tasks, "k", "left")
+            .withColumn("_task", F.coalesce("task", "_ktask"))
+            .join(gaps.withColumnRenamed("task", "_task"), "_task")
+            .where((F.coalesce(c("ts_before"), c("ts_after")) <= c("ts") + F.lit(reach))
+                   & (c("ts_after") >= c("ts") - F.lit(reach))))
+    first = Window.partitionBy("_id").orderBy("topic", "gap_from")
+    near = near.withColumn("_n", F.row_number().over(first)).where(c("_n") == 1).select(
+        "_id", F.concat(F.lit("the archive of "), c("topic"), F.lit(" partition "), c("_task").cast("string"),
+                        F.lit(" skips offsets "), c("gap_from").cast("string"), F.lit("-"), c("gap_to").cast("string"),
+                        F.lit(", between records at ts "), c("ts_before").cast("string"), F.lit(" and "),
+                        c("ts_after").cast("string"), F.lit(f", within a store retention ({reach} ms) of this row: "
+                                                            "the records lost there may have changed it")
+                        ).alias("_gap_detail"))
+    out = out.join(near, "_id", "left")
+    return (out.withColumn("cause", F.when(c("_gap_detail").isNotNull(), F.lit("missing_input")).otherwise(c("cause")))
+            .withColumn("detail", F.coalesce(c("_gap_detail"), c("detail"))).drop("_gap_detail"))
 
 
 def _mismatches(rows: DataFrame, missing: str, extra: str) -> DataFrame:

@@ -15,8 +15,11 @@ is, with what the run did to them (task order, the stores' stream times):
   record of the earlier one's side, processed later by the backfill, lies a retention ahead of it: another
   interleaving of the partitions expires it first (the row is missing from the stream) (9, 10.7).
 - partner_after_close: a non-joined row whose record has a partner in its window. The row exists iff the
-  window closed in join stream time before the partner arrived, and a record of another partition that
-  closes it shows that the interleaving of the partitions decides this (10.4, 10.5).
+  window closed in join stream time before the partner arrived (the partner still joins: no grace check,
+  10.2), which the interleaving of the partitions decides (10.4, 10.5). Shown by the stream's own order (it
+  wrote the row before the joined row), by the next record of the row's side after the partner lying past
+  the close (one record of another partition moved ahead closes it), or by the backfill's order (it emitted
+  the row before the partner arrived).
 - emit_throttle: a non-joined row at another position in its key's output. The stream scans its outer store
   when a wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
 - processing_order: a joined row at another position: the task processed its records in another order
@@ -33,19 +36,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SourceError
 from backfill.io.sources import read_source
-from backfill.time.extract import extract
+from backfill.jobspec.models import OperatorSpec
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
 from backfill.ops.windows import LEFT, JoinWindows
-from backfill.jobspec.models import OperatorSpec
 from backfill.plan.definition import Plan
 from backfill.session import release
+from backfill.time.extract import extract
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
 from backfill.verify.tables import is_topic_archive
 
@@ -263,7 +267,7 @@ def _at(col: Column) -> Column:
 
 def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
     """The rows that are not a match with `cause`, `detail`, `inputs` (the records that prove the cause) and
-    `r_v` (the stream's value of a mismatch). Materialised and persisted: the caller unpersists it."""
+    `r_v` (the stream's value of a mismatch), as a local checkpoint: the caller releases it (session.release)."""
     cmp, c = comparison(), F.col
     missing, extra = cmp.label("missing"), cmp.label("extra")
     differ = rows.where(c("category") != MATCH).withColumn("k", F.coalesce(c("key"), F.lit(_NULL_KEY)))
@@ -304,19 +308,20 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
 
 
 def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
-    """Copies and moved rows: duplicate_delivery, or by the row's kind (its emit phase) emit_throttle for a
-    non-joined row, processing_order for a joined one."""
+    """Copies and moved rows: duplicate_delivery, or by the row's emit phase emit_throttle for a non-joined row
+    from the outer store (the only rows the throttle delays), processing_order for the others (a joined row, a
+    non-joined row emitted at once)."""
     c = F.col
-    phase = F.pmod(c("emit_seq"), F.lit(STRIDE))
-    joined_row = (phase >= F.lit(PHASE_BASE[JOINED])) & (phase < F.lit(PHASE_BASE[2]))
+    throttled = F.pmod(c("emit_seq"), F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])
+    joined_row = ~throttled
     copy = c("category") == cmp.label("duplicate")
     cause = F.when(copy, F.lit("duplicate_delivery")).when(joined_row, F.lit("processing_order")).otherwise(
         F.lit("emit_throttle"))
     detail = (F.when(copy, F.concat(F.lit("copy "), c("_occ").cast("string"), F.lit(" of this row in the stream; the "
                                                                                    "backfill emits it "),
                                     c("_nb").cast("string"), F.lit(" time(s)")))
-              .when(joined_row, F.lit("a joined row written after a row of its key that the backfill emits later: "
-                                      "the task processed its records in another order; the values agree"))
+              .when(joined_row, F.lit("a row written after a row of its key that the backfill emits later: the "
+                                      "task processed its records in another order; the values agree"))
               .otherwise(F.lit("a non-joined row written after a row of its key that the backfill emits later: the "
                                "stream scans its outer store when its wall-clock throttle allows, the backfill at "
                                "every trigger; the values agree")))

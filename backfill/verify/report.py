@@ -36,9 +36,9 @@ CAUSE_TEXT = {
                        "later arrived on one side only (the order decided it); the records are shown",
     "partner_after_close": "a non-joined row: whether its window closed before its partner arrived depends on "
                            "how the partitions interleaved; the records are shown",
-    "emit_throttle": "a non-joined row, same values, written at another position: the stream emits them when "
-                     "its wall-clock throttle allows (1 s by default), the backfill at once",
-    "processing_order": "a joined row, same values, written at another position: the task processed its records "
+    "emit_throttle": "a non-joined row of the outer store, same values, written at another position: the stream "
+                     "emits them when its wall-clock throttle allows (1 s by default), the backfill at once",
+    "processing_order": "a join row, same values, written at another position: the task processed its records "
                         "in another order (live edge, ties)",
     "unexplained": "no evidence explains it: a real logic difference",
 }

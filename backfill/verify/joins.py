@@ -20,8 +20,9 @@ is, with what the run did to them (task order, the stores' stream times):
   wrote the row before the joined row), by the next record of the row's side after the partner lying past
   the close (one record of another partition moved ahead closes it), or by the backfill's order (it emitted
   the row before the partner arrived).
-- emit_throttle: a non-joined row at another position in its key's output. The stream scans its outer store
-  when a wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
+- emit_throttle: a non-joined row of the outer store at another position in its key's output, or missing
+  and due after the last such row of its task the stream wrote. The stream scans its outer store when a
+  wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
 - processing_order: a joined row at another position: the task processed its records in another order
   (live edge, max.task.idle.ms, ties: 14.2.4-5). The values agree.
 - range_boundary: the row lies outside the time range of the stream's output, or its window had not closed
@@ -291,6 +292,7 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
             .where(c("_n") == 1).drop("_n")
         out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
         out = _boundaries(out, rows, missing)
+        out = _throttled(out, rows, missing)
         if ev.gaps is not None:
             out = _missing_input(out, ev)
         out = _mismatches(out, missing, extra)
@@ -446,6 +448,37 @@ def _boundaries(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
     return (out.withColumn("detail", F.when(outside, F.lit(f"outside the stream's output ({span})"))
                            .otherwise(c("detail")))
             .withColumn("cause", F.when(outside, F.lit("range_boundary")).otherwise(c("cause"))))
+
+
+def _throttled(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
+    """emit_throttle for a missing outer-store row that the backfill emits after the last outer-store row of
+    its task the stream wrote. The stream scans its outer store at most once per throttle interval of wall
+    clock (10.4 step 2), so what closed after its last scan waits for a trigger that did not come before its
+    output ends: a live application that read its input faster than the interval wrote none at all. Without
+    any outer-store row of the task, the stream must have written an unmatched row of the task emitted at
+    once (so it does emit unmatched rows: an inner join deployed by mistake stays unexplained)."""
+    c = F.col
+    phase = F.pmod(c("emit_seq"), F.lit(STRIDE))
+    outer_store = phase < F.lit(PHASE_BASE[JOINED])
+    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull())
+    last = written.groupBy("task").agg(F.max(F.when(outer_store, c("emit_seq"))).alias("_last_scan"),
+                                       F.max((phase == F.lit(PHASE_BASE[2])).cast("int")).alias("_at_once"))
+    out = out.join(last, "task", "left")
+    due = c("cause").isNull() & (c("category") == missing) & outer_store
+    after_last = due & (c("emit_seq") > c("_last_scan"))
+    none_yet = due & c("_last_scan").isNull() & (c("_at_once") == 1)
+    interval = ("the stream scans its outer store at most once per throttle interval of wall clock (1 s by "
+                "default) and had not scanned again when its output ends")
+    detail = (F.when(after_last, F.concat(
+        F.lit("an unmatched row of the outer store, due after the last such row of task "), c("task").cast("string"),
+        F.lit(" that the stream wrote (at the task's record "), F.floor(c("_last_scan") / F.lit(STRIDE)).cast("string"),
+        F.lit(f"): {interval}")))
+        .when(none_yet, F.concat(
+            F.lit("the stream wrote no row of its outer store for task "), c("task").cast("string"),
+            F.lit(f" (it wrote the task's unmatched rows emitted at once): {interval}"))))
+    return (out.withColumn("detail", F.when(after_last | none_yet, detail).otherwise(c("detail")))
+            .withColumn("cause", F.when(after_last | none_yet, F.lit("emit_throttle")).otherwise(c("cause")))
+            .drop("_last_scan", "_at_once"))
 
 
 def _missing_input(out: DataFrame, ev: JoinEvidence) -> DataFrame:

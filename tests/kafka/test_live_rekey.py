@@ -63,8 +63,8 @@ def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[dict[str, 
 
 
 def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path, main: str = "LiveRekey",
-             inputs: tuple[str, ...] = ()) -> None:
-    """Start the application, wait until it has consumed its inputs and its repartition topic, stop it."""
+             inputs: tuple[str, ...] = (), repartitions: bool = True) -> None:
+    """Start the application, wait until it has consumed its inputs and its repartition topics, stop it."""
     log = tmp / "app.log"
     proc = subprocess.Popen(["java", "-cp", classpath(VERSION), f"io.backfill.harness.{main}", bootstrap, app_id,
                              source, *inputs, sink, str(tmp / "state")], stdout=subprocess.PIPE, stderr=log.open("a"),
@@ -82,7 +82,7 @@ def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path, mai
                 pass
         for topic in (source, *inputs):
             _wait_committed(bootstrap, app_id, topic, _end_offsets(bootstrap, topic, 2))
-        for repartition in _repartition_topics(bootstrap, app_id):
+        for repartition in _repartition_topics(bootstrap, app_id) if repartitions else []:
             _wait_committed(bootstrap, app_id, repartition, _end_offsets(bootstrap, repartition, 2))
     finally:
         proc.terminate()

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from backfill.io.kafka import create_topic, produce
 from tests.conftest import REPO, read_jsonl
-from tests.kafka.test_live_rekey import _consume_all, _run_app
+from tests.kafka.test_live_rekey import _consume_all, _run_app, verify_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.live, pytest.mark.slow]
 
@@ -59,14 +59,10 @@ sinks:
     assert ran.exit_code == 0, ran.stderr
     emitted = _consume_all(bootstrap, sink, 2)
     ours = read_jsonl(tmp_path / "out" / "attributed.jsonl")
-    done = CliRunner().invoke(app, ["verify", str(job), "--against", f"attributed=kafka://{bootstrap}/{sink}",
-                                    "--report", str(tmp_path / "report")])
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    section = report["sections"][0]
-    counts = {c: n for c, n in section["counts"].items() if n}
+    report = verify_topic(job, "attributed", bootstrap, sink, tmp_path / "report")
+    counts = {c: n for c, n in report["sections"][0]["counts"].items() if n}
     print(json.dumps({"emitted": len(emitted), "backfill": len(ours), "counts": counts,
                       "causes": {c: n for c, n in report["causes"].items() if n}}))
-    assert done.exit_code == 0, done.stdout + done.stderr
     assert len(emitted) > 600 and report["verdict"] in ("match", "explained")
     # the real throttle: unmatched rows of the outer store come out late (moved) or, when the application read
     # its input faster than the interval, not before it stopped; every other row is written as the backfill's

@@ -92,6 +92,15 @@ def _run_app(bootstrap: str, app_id: str, source: str, sink: str, tmp: Path, mai
     assert "RUNNING" in said and "CLOSED" in said, f"{said} {log.read_text()[-2000:]}"
 
 
+def verify_topic(job: Path, operator: str, bootstrap: str, topic: str, folder: Path) -> dict[str, Any]:
+    """`backfill verify` of one operator against an output topic on the broker; report.json (exit code 0)."""
+    done = CliRunner().invoke(app, ["verify", str(job), "--against", f"{operator}=kafka://{bootstrap}/{topic}",
+                                    "--report", str(folder)])
+    report = json.loads((folder / "report.json").read_text())
+    assert done.exit_code == 0, done.stdout + done.stderr
+    return report
+
+
 def _repartition_topics(bootstrap: str, app_id: str) -> list[str]:
     """The application's repartition topics, once it has created them."""
     from confluent_kafka.admin import AdminClient
@@ -238,10 +247,7 @@ sinks:
     assert {r["key"]: r["partition"] for r in emitted} == {r["key"]: r["task"] for r in ours}
     # verify reads the application's output topic and finds every row; a row the live application wrote in
     # another order than the backfill's (the repartition topic's interleaving) is only moved, same values
-    done = CliRunner().invoke(app, ["verify", str(job), "--against", f"joined=kafka://{bootstrap}/{sink}",
-                                    "--report", str(tmp_path / "report")])
-    assert done.exit_code == 0, done.stderr
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    report = verify_topic(job, "joined", bootstrap, sink, tmp_path / "report")
     counts = report["sections"][0]["counts"]
     assert counts["match"] + counts["moved_in_stream"] == len(emitted) == sum(counts.values())
     assert {c for c, n in report["causes"].items() if n} <= {"processing_order"}

@@ -387,16 +387,17 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         progress(f"{op.name}: samples, timeline")
         notes = ["a join emits several rows per key and timestamp: rows are compared as multisets of (key, ts, "
                  "value); within a key, a matched row written after one the backfill emits later has moved",
-                 "the wall-clock throttle of non-joined rows is taken as 0 (their position may differ: "
-                 "emit_throttle)"]
+                 "the wall-clock throttle of non-joined rows is taken as 0 (the stream's may come out later, or "
+                 "not yet when its output ends: emit_throttle)"]
         if corrections is not None:
             notes.append("--corrections: written for window aggregates only, not for a join's rows")
+        final = rows.where(F.col("category") == MATCH)  # every row once: matches, then what differs, paired
+        if attributed is not None:
+            final = final.unionByName(attributed.drop("cause", "detail", "inputs", "r_v"), allowMissingColumns=True)
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=joins.KEYS, columns=joins.COLUMNS, counts=counts, causes=cause_counts,
                           samples=_join_samples(rows, attributed), notes=notes,
-                          timeline=_timeline(rows.where(F.col("category") == MATCH).unionByName(
-                              attributed.drop("cause", "detail", "inputs", "r_v"), allowMissingColumns=True)
-                              if attributed is not None else rows, 1, attributed, column="ts"))
+                          timeline=_timeline(final if attributed is not None else rows, 1, attributed, column="ts"))
         section.expectations = unique
         return section
     finally:
@@ -527,12 +528,8 @@ def _stream_suites(stream: DataFrame, op: OperatorSpec, plan: Plan) -> list[dict
         planned = next(o for o in plan.operators if o.name == op.name).output_suite(stream)
         assert planned is not None
         frame, checks = planned.frame, [c for c in planned.checks if c.args.get("column") in planned.frame.columns]
-    suites = [_suite(frame, checks, f"{op.name}.stream", f"streaming output of {op.name}")]
-    unique = ("partition", "offset")
-    if set(unique) <= set(stream.columns):
-        suites.append(_suite(duplicated_groups(stream, unique), [unique_check(unique)], f"{op.name}.stream.unique",
-                             f"groups of {unique} in the streaming output of {op.name}"))
-    return suites
+    return [_suite(frame, checks, f"{op.name}.stream", f"streaming output of {op.name}"),
+            *_unique_suite(stream, op.name)]
 
 
 def _suite(df: DataFrame, checks: list[Any], name: str, target: str) -> dict[str, Any]:

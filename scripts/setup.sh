@@ -26,3 +26,6 @@ if ! mvn -q -o -f jvm/pom.xml package >/dev/null 2>&1; then
   mvn -q -f jvm/pom.xml package || { echo "setup: Maven could not resolve the pinned jars (jvm/pom.xml);" \
     "check the network or the Maven settings" >&2; exit 2; }
 fi
+
+# --- the driver JVM's class archive (faster Spark start; skipped without jcmd) ------------------------------
+.venv/bin/python scripts/class_archive.py

@@ -1,0 +1,45 @@
+"""The driver JVM's options: the class archive is used when it matches, and a bad one never stops a start."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from backfill import session
+
+
+def test_the_archive_is_used_only_when_it_exists_and_not_when_switched_off(tmp_path, monkeypatch):
+    archive = tmp_path / "cds" / "abc.jsa"
+    monkeypatch.setattr(session, "class_archive", lambda: archive)
+    monkeypatch.delenv("BACKFILL_NO_CLASS_ARCHIVE", raising=False)
+    assert not any("SharedArchiveFile" in o for o in session.driver_java_options())
+    archive.parent.mkdir()
+    archive.write_bytes(b"x")
+    assert f"-XX:SharedArchiveFile={archive}" in session.driver_java_options()
+    # the JVM's own notices (a stale archive) go to its stderr, which the CLI keeps in a log file
+    assert "-Xlog:all=warning:stderr" in session.driver_java_options()
+    monkeypatch.setenv("BACKFILL_NO_CLASS_ARCHIVE", "1")
+    assert not any("SharedArchiveFile" in o for o in session.driver_java_options())
+    recording = session.driver_java_options(record=True)
+    assert "-XX:+RecordDynamicDumpInfo" in recording and not any("SharedArchiveFile" in o for o in recording)
+
+
+def test_the_archive_name_changes_with_the_jars(tmp_path, monkeypatch):
+    monkeypatch.setattr(session, "JARS_DIR", tmp_path / "spark")
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "delta-spark_2.13-4.0.0.jar").write_bytes(b"")
+    before = session.class_archive()
+    assert before is not None and before.parent == tmp_path / "cds" and before.suffix == ".jsa"
+    (tmp_path / "spark" / "delta-spark_2.13-4.0.0.jar").rename(tmp_path / "spark" / "delta-spark_2.13-4.0.1.jar")
+    assert session.class_archive() != before
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs java on PATH")
+def test_a_jvm_given_a_broken_archive_starts_anyway_and_prints_nothing(tmp_path):
+    broken = tmp_path / "broken.jsa"
+    broken.write_bytes(b"not an archive")
+    options = [f"-XX:SharedArchiveFile={broken}", "-Xlog:disable", "-Xlog:all=warning:stderr"]
+    done = subprocess.run(["java", *options, "-version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout == ""  # stdout is the user's terminal (PySpark's JVM inherits it)

@@ -11,10 +11,14 @@ from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from backfill.errors import OrderingError
 
 MERGE_KEY = ("_partition_time", "source_rank", "partition", "offset")
+CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
+CHUNKED_PARTITIONS: int | None = None  # tests: order every one-queue input in chunks, over this many partitions
+SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimates them (parquet, Delta)
 
 
 def task_window(given_order: bool) -> Window:
@@ -24,16 +28,23 @@ def task_window(given_order: bool) -> Window:
 
 
 def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
-                  single_queue: bool = False) -> DataFrame:
+                  single_queue: bool = False, stored: list[DataFrame] | None = None) -> DataFrame:
     """Add `task`, `seq` (1-based, per task), the partition time with and before the record, and one
     stream time per operator (backfill/columns.py).
 
     `single_queue`: the job has one source (one topic), so each task has one queue and one sort suffices.
 
+    `stored`: where a large one-queue input is ordered chunk by chunk (_one_queue_in_chunks), the stored
+    frame it returns is built on is appended (the caller releases it); None: never chunked.
+
     `stream_times` maps a column name to the predicate of records reaching that operator: its stream
     time is the running max of `ts` over those records in task order, this record included
     (processor-local stream time, kafka-streams.md 0).
     """
+    if single_queue and not given_order and stored is not None:
+        partitions = CHUNKED_PARTITIONS or ordering_partitions(df)
+        if partitions:
+            return _one_queue_in_chunks(df, stream_times, partitions, stored)
     # hash on task alone satisfies both windows below: one shuffle
     df = df.withColumn("task", F.col("partition")).repartition("task")
     if single_queue and not given_order:
@@ -65,3 +76,64 @@ def check_copartitioned(partition_counts: Mapping[str, int], operator: str) -> i
                             "Kafka Streams requires equal partition counts; repartition one input first "
                             "or declare `partitions:` on the sources if data is missing for some partitions")
     return counts.pop() if counts else 0
+
+
+def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], partitions: int,
+                         stored: list[DataFrame]) -> DataFrame:
+    """order_records for a task with one queue, when the input is large: offset order, chunk by chunk.
+
+    A running max or count over a whole task is one Spark window partition: Spark buffers it whole (a Kafka
+    partition's every record in one task's memory; at 100M records over 4 partitions that ran out of memory)
+    and uses no more cores than the topic has partitions. Here each chunk of CHUNK_OFFSETS offsets of a task
+    is a window partition of its own. The running values within each chunk are stored (a local checkpoint,
+    appended to `stored`); one pass over them gives each chunk's totals (its count of processed records and
+    max timestamp per column), a few rows per chunk, from which the driver sums what each chunk's earlier
+    chunks carry. Broadcast back, carry + running value within the chunk = the value over the whole task.
+    """
+    df = df.withColumn("task", F.col("partition")).withColumn("_chunk", F.expr(f"offset div {CHUNK_OFFSETS}L"))
+    chunk = Window.partitionBy("task", "_chunk").orderBy("offset")
+    so_far = chunk.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    processed = F.when(F.col("_drop").isNull(), 1)  # seq counts what the task processes (dropped: never polled)
+    maxima = {"_partition_time": F.col("ts"), **{name: F.when(reaches, F.col("ts"))
+                                                for name, reaches in stream_times.items()}}
+    names = {name: f"_c{i}" for i, name in enumerate(maxima)}  # one carried max per running max
+    local = df.repartition(partitions, "task", "_chunk").select(
+        "*", F.max("ts").over(chunk.rowsBetween(Window.unboundedPreceding, -1)).alias("_lb"),
+        F.count(processed).over(so_far).alias("_ln"),
+        *[F.max(v).over(so_far).alias(f"_l{names[k]}") for k, v in maxima.items()]).localCheckpoint(eager=False)
+    stored.append(local)
+    totals = local.groupBy("task", "_chunk").agg(F.max("_ln").alias("n"), *[F.max(f"_l{c}").alias(c)
+                                                                         for c in names.values()]).collect()
+    carry = []
+    for task in {r["task"] for r in totals}:
+        n, top = 0, {c: None for c in names.values()}
+        for r in sorted((r for r in totals if r["task"] == task), key=lambda r: (r["_chunk"] is not None, r["_chunk"])):
+            carry.append((task, r["_chunk"], n, *top.values()))
+            n += r["n"] or 0
+            top = {c: max((v for v in (top[c], r[c]) if v is not None), default=None) for c in top}
+    schema = T.StructType([T.StructField("_ct", local.schema["task"].dataType), T.StructField("_cc", T.LongType()),
+                           T.StructField("_cn", T.LongType()),
+                           *[T.StructField(c, T.LongType()) for c in names.values()]])
+    carried = df.sparkSession.createDataFrame(carry, schema)
+    # null-safe and left: a record whose task or chunk is null keeps its running values (nothing carried)
+    on = F.col("task").eqNullSafe(F.col("_ct")) & F.col("_chunk").eqNullSafe(F.col("_cc"))
+    out = local.join(F.broadcast(carried), on, "left")
+    out = out.withColumn("_partition_time_before", F.greatest(F.col(names["_partition_time"]), F.col("_lb"))) \
+        .withColumn("seq", (F.coalesce(F.col("_cn"), F.lit(0)) + F.col("_ln")).cast("long"))
+    for name, c in names.items():  # greatest skips nulls: an empty side changes nothing
+        out = out.withColumn(name, F.greatest(F.col(c), F.col(f"_l{c}")))
+    return out.drop("_chunk", "_ct", "_cc", "_cn", "_lb", "_ln", *names.values(), *[f"_l{c}" for c in names.values()])
+
+
+def ordering_partitions(df: DataFrame) -> int | None:
+    """Spark partitions for ordering a large `df` one chunk at a time, or None to order it whole: when Spark's
+    size estimate of the input (file sources) is more than SHUFFLE_BYTES per shuffle partition, one per
+    SHUFFLE_BYTES (bounded window partitions and stored blocks: 70 for 100M benchmark records)."""
+    default = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
+    try:
+        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - an estimate only
+        return None
+    if size <= default * SHUFFLE_BYTES or size >= 1 << 50:  # small, or no estimate (Spark's is Long.MaxValue)
+        return None
+    return min(10_000, -(-size // SHUFFLE_BYTES))

@@ -132,7 +132,10 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
     # Only the columns later steps read: the checkpoint is a barrier to Spark's own pruning, and what is
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
-    ordered = ordered.select(*_kept_columns(plan, ordered.columns)).localCheckpoint(eager=False)
+    ordered = ordered.select(*_kept_columns(plan, ordered.columns))
+    rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
+    if rekeyed or not stored:  # a large input ordered chunk by chunk is stored already (order/tasks.py)
+        ordered = ordered.localCheckpoint(eager=False)
     try:
         _run_operators(plan, spark, ordered, summary, progress, started, intervals)
     finally:
@@ -151,7 +154,8 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     rekeyed = [op for op in plan.operators if op.spec is not None and rekeys(op.spec)]
     stream_times = {name: col for op in plan.operators if op not in rekeyed
                     for name, col in op.stream_time_columns().items()}
-    ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1)
+    ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1,
+                            stored=stored)
     if rekeyed:
         ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
     check_declared(ordered)

@@ -59,9 +59,10 @@ def test_small_inputs_are_ordered_whole_and_large_ones_in_chunks(spark, monkeypa
     folder = str(tmp_path / "records")
     path.write.mode("overwrite").parquet(folder)
     monkeypatch.setattr(tasks, "SHUFFLE_BYTES", 1)  # Spark's estimate: the files' bytes
+    monkeypatch.setattr(tasks, "CHUNKED_ABOVE", 0)
     assert tasks.ordering_partitions(spark.read.parquet(folder)) == min(10_000, sum(
         f.stat().st_size for f in (tmp_path / "records").glob("*.parquet")))
-    monkeypatch.setattr(tasks, "SHUFFLE_BYTES", 1 << 30)
+    monkeypatch.setattr(tasks, "CHUNKED_ABOVE", 1 << 30)
     assert tasks.ordering_partitions(spark.read.parquet(folder)) is None
 
 

@@ -19,6 +19,9 @@ MERGE_KEY = ("_partition_time", "source_rank", "partition", "offset")
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
 CHUNKED_PARTITIONS: int | None = None  # tests: order every one-queue input in chunks, over this many partitions
 SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimates them (parquet, Delta)
+# inputs Spark estimates above this are ordered in chunks: the benchmark's 100M records (4.4 GB) are, its 10M
+# (0.44 GB, where chunks measured 48 s against 43 s whole: one more pass and a join) are not
+CHUNKED_ABOVE = 2 << 30
 
 
 def task_window(given_order: bool) -> Window:
@@ -127,13 +130,13 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
 
 def ordering_partitions(df: DataFrame) -> int | None:
     """Spark partitions for ordering a large `df` one chunk at a time, or None to order it whole: when Spark's
-    size estimate of the input (file sources) is more than SHUFFLE_BYTES per shuffle partition, one per
-    SHUFFLE_BYTES (bounded window partitions and stored blocks: 70 for 100M benchmark records)."""
+    size estimate of the input (file sources) is above CHUNKED_ABOVE, one per SHUFFLE_BYTES of it (bounded
+    window partitions and stored blocks: 274 for the benchmark's 100M records)."""
     default = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
     try:
         size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - an estimate only
         return None
-    if size <= default * SHUFFLE_BYTES or size >= 1 << 50:  # small, or no estimate (Spark's is Long.MaxValue)
+    if size <= CHUNKED_ABOVE or size >= 1 << 50:  # small enough, or no estimate (Spark's is Long.MaxValue)
         return None
     return min(10_000, -(-size // SHUFFLE_BYTES))

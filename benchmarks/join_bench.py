@@ -235,7 +235,7 @@ def pair_facts(spark: Any, job: Path) -> dict[str, int]:
     plan = build_plan(load_job(job))
     op = plan.operators[0]
     summary = ev.RunSummary(run_id="facts", job="facts", start=None, end=None)
-    ordered = ev._ordered(plan, ev._read_all(plan, spark, summary))
+    ordered = ev._ordered(plan, ev._read_all(plan, spark, summary), summary)
     w = JoinWindows.of(op.spec.join)  # type: ignore[union-attr,arg-type]
     recs = _records(ordered, op.spec.join, op.stream_time, w).where(  # type: ignore[union-attr,arg-type]
         "key IS NOT NULL AND value IS NOT NULL")

@@ -1,8 +1,9 @@
-"""Write the driver JVM's class archive (run by scripts/setup.sh; `--force` rewrites it).
+"""Write the driver JVM's class archive (run by scripts/setup.sh when BACKFILL_CLASS_ARCHIVE is set; `--force`
+rewrites it). Drivers use it only with BACKFILL_CLASS_ARCHIVE=1 (docs/stack.md says why).
 
 Starting Spark loads and verifies some 20,000 classes, and a job's first queries load thousands more. A
 class archive (the JVM's class data sharing) holds them ready to map: `backfill/session.py` starts the driver
-with it when it matches the JVM, pyspark and the jars. This script runs the bundled demo job on a small
+with it when asked and when it matches the JVM, pyspark and the jars. This script runs the bundled demo job on a small
 generated sample in a temporary folder with a JVM that records its classes, then asks the JVM (jcmd) to
 dump what it loaded. Without jcmd (a JRE), nothing is written and Spark starts as before.
 """

@@ -27,5 +27,5 @@ if ! mvn -q -o -f jvm/pom.xml package >/dev/null 2>&1; then
     "check the network or the Maven settings" >&2; exit 2; }
 fi
 
-# --- the driver JVM's class archive (faster Spark start; skipped without jcmd) ------------------------------
-.venv/bin/python scripts/class_archive.py
+# --- opt-in: the driver JVM's class archive (a faster Spark start; docs/stack.md) ----------------------------
+if [ -n "${BACKFILL_CLASS_ARCHIVE:-}" ]; then .venv/bin/python scripts/class_archive.py; fi

@@ -1,10 +1,7 @@
 """The driver JVM's options: the class archive is used when it matches, and a bad one never stops a start."""
 from __future__ import annotations
 
-import shutil
 import subprocess
-
-import pytest
 
 from backfill import session
 
@@ -35,7 +32,6 @@ def test_the_archive_name_changes_with_the_jars(tmp_path, monkeypatch):
     assert session.class_archive() != before
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="needs java on PATH")
 def test_a_jvm_given_a_broken_archive_starts_anyway_and_prints_nothing(tmp_path):
     broken = tmp_path / "broken.jsa"
     broken.write_bytes(b"not an archive")

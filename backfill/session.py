@@ -90,13 +90,14 @@ def driver_java_options(record: bool = False) -> list[str]:
     log4j = CONF_DIR / "log4j2.properties"
     if log4j.is_file():
         options.append(f"-Dlog4j2.configurationFile=file:{log4j}")
-    archive = class_archive()
     if record:  # jcmd's dump notices (classes it leaves out) go to the JVM log too
         options += ["-XX:+RecordDynamicDumpInfo", "-Xlog:disable", "-Xlog:all=warning:stderr"]
-    elif archive is not None and archive.is_file() and os.environ.get("BACKFILL_CLASS_ARCHIVE"):
-        # a stale or foreign archive is ignored by the JVM (-Xshare:auto); its notice goes to the JVM log
-        options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:disable", "-Xlog:all=warning:stderr"]
-    # one machine's or one suite's own JVM options (the test suite compiles with C1 only: small data, many queries)
+    elif os.environ.get("BACKFILL_CLASS_ARCHIVE"):
+        archive = class_archive()
+        if archive is not None and archive.is_file():
+            # a stale or foreign archive is ignored by the JVM (-Xshare:auto); its notice goes to the JVM log
+            options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:disable", "-Xlog:all=warning:stderr"]
+    # one machine's own JVM options (e.g. -XX:TieredStopAtLevel=1: quicker for a few thousand records)
     return options + shlex.split(os.environ.get("BACKFILL_JAVA_OPTIONS", ""))
 
 

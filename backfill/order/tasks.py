@@ -132,7 +132,6 @@ def ordering_partitions(df: DataFrame) -> int | None:
     """Spark partitions for ordering a large `df` one chunk at a time, or None to order it whole: when Spark's
     size estimate of the input (file sources) is above CHUNKED_ABOVE, one per SHUFFLE_BYTES of it (bounded
     window partitions and stored blocks: 274 for the benchmark's 100M records)."""
-    default = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
     try:
         size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - an estimate only

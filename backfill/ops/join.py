@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -35,6 +34,7 @@ from backfill.jobspec.rekeys import join_streams, rekey_why
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 
 if TYPE_CHECKING:
+    import pandas as pd
     from backfill.jobspec.load import Job
 
 NULL_VALUE = "null_value"
@@ -379,6 +379,8 @@ def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows, per_side:
 def _kernel(w: JoinWindows, per_side: bool) -> Any:
     """The applyInPandas function: one task's events -> its emitted and pending outer-store rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd  # in the Python worker; the CLI does not pay for pandas
+
         task = int(pdf["task"].iloc[0])
         # one row per record: a waiting record that is also a trigger comes twice
         pdf = pdf.assign(trigger=pdf["ts"] == pdf["_stj"]).groupby("seq", sort=True).agg(

@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -39,6 +38,7 @@ from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, O
 from backfill.ops.rules_kernel import JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition
 
 if TYPE_CHECKING:
+    import pandas as pd
     from backfill.jobspec.load import Job
 
 Axis = tuple[int, int, int, int]

@@ -19,10 +19,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JAVA_MIN = -2**63
 NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -239,6 +241,8 @@ def fail_message(v: Version) -> str:
 def run_partition(batches: Iterator[pd.DataFrame], versions: list[Version], timeline: Timeline, arrival: bool,
                   demo: bool, state_key: list[str]) -> Iterator[pd.DataFrame]:
     """mapInPandas: one Spark partition's forks, sorted by state key and processing order -> alert rows."""
+    import pandas as pd  # in the Python worker; the CLI does not pay for pandas
+
     parts = [b for b in batches if len(b)]
     if not parts:
         return
@@ -258,6 +262,8 @@ def run_partition(batches: Iterator[pd.DataFrame], versions: list[Version], time
 def _scaled(pdf: pd.DataFrame, versions: list[Version]) -> tuple[np.ndarray, np.ndarray, list[int],
                                                                    np.ndarray] | None:
     """Values as integers at one scale per field (counting rules: a last field of ones), or None."""
+    import pandas as pd  # in the Python worker; the CLI does not pay for pandas
+
     fields = sorted((c for c in pdf.columns if re.fullmatch(r"v\d+", c)), key=lambda c: int(c[1:]))
     n = len(pdf)
     count_field = len(fields)
@@ -312,6 +318,8 @@ def _before(a: list[np.ndarray], point: Axis) -> np.ndarray:
 def _compiled(pdf: pd.DataFrame, scaled: tuple[np.ndarray, np.ndarray, list[int], np.ndarray],
               versions: list[Version], timeline: Timeline, arrival: bool, demo: bool,
               state_key: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
     from backfill.ops.rules_replay import replay
 
     vals, valid, scales, limits = scaled

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import sqlglot
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -41,6 +40,7 @@ from backfill.ops.kernel import KernelAggregate
 from backfill.sqldialect import SparkSQL
 
 if TYPE_CHECKING:
+    import pandas as pd
     from backfill.jobspec.load import Job
 
 SLOTS = 8  # outputs per record at most (tombstones + the merged session): emit_seq = seq * SLOTS + position
@@ -236,6 +236,8 @@ def _groups(root: int, children: list[list[int] | None], node_lo: list[int | Non
 def _kernel(gap: int, grace: int, groups: bool) -> Any:
     """The applyInPandas function: one task's keyed records -> the kernel's columns per record."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd  # in the Python worker; the CLI does not pay for pandas
+
         pdf = pdf.sort_values("seq", kind="stable")
         cols = replay_sessions(pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(), gap, grace, groups)
         frame = pd.DataFrame({"task": pdf["task"].to_numpy(), "seq": pdf["seq"].to_numpy(), **cols})

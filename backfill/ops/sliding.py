@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -32,6 +31,7 @@ from backfill.ops.join import NULL_VALUE
 from backfill.ops.kernel import KernelAggregate
 
 if TYPE_CHECKING:
+    import pandas as pd
     from backfill.jobspec.load import Job
 
 STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this record's outputs
@@ -260,6 +260,8 @@ def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int]
 def _kernel(diff: int, grace: int, updates: bool) -> Any:
     """The applyInPandas function: one task's records with a key and a value -> kernel rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        import pandas as pd  # in the Python worker; the CLI does not pay for pandas
+
         pdf = pdf.sort_values("seq", kind="stable")
         rows = replay_sliding(pdf["seq"].tolist(), pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(),
                               diff, grace, updates)

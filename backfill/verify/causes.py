@@ -39,6 +39,7 @@ from backfill.ops.aggregate import FOLD_FIELDS
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
+from backfill.session import release as free
 from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import extract
 from backfill.verify import restarts
@@ -72,6 +73,13 @@ class Evidence:
     late: DataFrame  # ledger late rows of the operator: partition, offset, window_start, stream_time
     ledger_read: bool
     stream_times_from: str = "re-derived from the input"  # or the run whose recorded stream times are used
+    held: tuple[DataFrame, ...] = ()  # stored frames the others are built on, freed by `release`
+
+
+def release(ev: Evidence) -> None:
+    """Free what the evidence stored (the input as read and parsed once)."""
+    for frame in ev.held:
+        free(frame)
 
 
 def key_text(df: DataFrame, column: str = "key") -> Column:
@@ -84,8 +92,10 @@ def key_text(df: DataFrame, column: str = "key") -> Column:
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timestamp", "headers")
 
 
-def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(records reaching the operator, the same with stream time at arrival as processed, offsets read)."""
+def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec
+                  ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
+    """(records reaching the operator, the same with stream time at arrival as processed, offsets read,
+    the stored frame they are built on)."""
     assert op.aggregate is not None
     if op.aggregate.group_by is not None:
         return _repartitioned_input(spark, plan, op)
@@ -93,11 +103,15 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[Da
     spec = plan.job.spec.sources[source]
     read = read_source(spark, plan.job, source, plan.source(source).rank)
     df = extract(read.records, spec.timestamp, source)
-    offsets = df.select("partition", "offset", "ts", (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r"))
+    # read and parsed once, stored: the offsets, the ordered records and the samples' inputs are built on it
+    # (reading and parsing is most of each pass over the input)
+    df = stored = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS],
+                            (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r")).localCheckpoint(eager=False)
+    offsets = df.select("partition", "offset", "ts", "_r")
     if plan.start is not None:  # the run's warm-up bound (evaluator: records with ts >= start)
         df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
-    reaches = F.col("key").isNotNull() & F.col("_drop").isNull()
-    raw = df.where(reaches).select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS])
+    reaches = F.col("_r")
+    raw = df.where(reaches).select(*RECORD_COLUMNS)
     order = Window.partitionBy("partition").orderBy("offset")
     df = (df.withColumn("_pbefore", F.max("ts").over(order.rowsBetween(Window.unboundedPreceding, -1)))
           # processor-local stream time including this record (4.1 step 3); null keys never move it
@@ -106,12 +120,12 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[Da
     until = plan.source(source).read_until
     if until is not None:  # the run's cool-down cut: nothing after a partition's first record past it
         df = df.where(F.coalesce(F.col("_pbefore"), F.lit(-1)) < F.lit(until))
-    records = df.where(reaches).select(
-        *[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS], "st")
-    return raw, records, offsets
+    records = df.where(reaches).select(*RECORD_COLUMNS, "st")
+    return raw, records, offsets, (stored,)
 
 
-def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec) -> tuple[DataFrame, DataFrame, DataFrame]:
+def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
+                         ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
     """A re-keyed operator reads its repartition topic: its tasks, offsets and stream times are the modelled
     topic's (ops/repartition.py); ledger rows, which name input records, are mapped onto it in `gather`."""
     from backfill.plan.evaluator import repartitioned_records  # the evaluator imports this package's users
@@ -121,7 +135,7 @@ def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec) -> t
     columns = [key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS]
     offsets = df.where(reaches).select("partition", "offset", "ts", F.lit(True).alias("_r"))
     kept = df.where(reaches)
-    return kept.select(*columns), kept.select(*columns, "st", "_origin"), offsets
+    return kept.select(*columns), kept.select(*columns, "st", "_origin"), offsets, ()
 
 
 def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None,
@@ -131,7 +145,7 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
     `run`: the manifest of the run over this range (io/runs.py `last_run`); each task's stream time at the
     end of the data is then the one the run recorded, not derived again.
     """
-    raw, records, offsets = input_records(spark, plan, op)
+    raw, records, offsets, held = input_records(spark, plan, op)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)
     recorded = ((run or {}).get("counts", {}).get("operators", {}).get(op.name) or {}).get("final_stream_time")
     if recorded:
@@ -166,7 +180,7 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
             late = (late.withColumnRenamed("partition", "_p").withColumnRenamed("offset", "_o")
                     .join(places, ["_p", "_o"]).select("partition", "offset", "window_start", "stream_time"))
     return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
-                    ledger_read=ledger is not None, stream_times_from=origin)
+                    ledger_read=ledger is not None, stream_times_from=origin, held=held)
 
 
 def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:
@@ -302,14 +316,15 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
     try:
         mem = members(ev, windows, nonmatch.where(F.col("category") != cmp.label("duplicate"))) \
             .persist(StorageLevel.MEMORY_AND_DISK)
-        best = late_variants(mem, nonmatch, aggs, cmp, windows)
+        best = late_variants(mem, nonmatch, aggs, cmp, windows).localCheckpoint()  # one row per window, read thrice
         shown = variant_records(mem, best)
         ties = mem.where(F.col("status") == "accepted").groupBy("key", "window_start").agg(
             (F.count("ts") > F.countDistinct("ts")).alias("_ties"))
         key_parts = ev.records.join(nonmatch.select("key").distinct(), "key", "left_semi") \
             .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
+        # the non-matching rows are few: stored once computed, later steps do not compute the variants again
         out = (nonmatch.join(best, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
-               .join(ties, ["key", "window_start"], "left").join(key_parts, "key", "left"))
+               .join(ties, ["key", "window_start"], "left").join(key_parts, "key", "left")).localCheckpoint()
         out = out.withColumn("_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]))
         points = _restart_points(ev, restart)
         out = _with_restarts(out, mem, nonmatch, best, points, ev, aggs, cmp, windows)
@@ -356,7 +371,8 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
     rows = restarts.variants(open_, points)
     chosen = restarts.choose(reproducing(rows, nonmatch, aggs, cmp, windows))
     shown = restarts.variant_records(mem, chosen)
-    out = out.join(chosen, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
+    out = out.join(chosen, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left") \
+        .localCheckpoint()  # few rows; read twice below
     # where each task restarted: its committed offset, else the earliest record a proven variant applied twice
     twice = F.floor(F.col("restart_variant") / 10**6) == restarts.DOUBLE
     inferred = {r["_task"]: r["at"] for r in out.where(twice).groupBy("_task").agg(

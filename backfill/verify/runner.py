@@ -262,6 +262,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     left = last_per_key(backfill, cmp.keys, cmp.columns, cmp.left_order)
     right = normalise(stream, backfill if updates else None, cmp)
     result = compare(left, right, cmp).persist(StorageLevel.MEMORY_AND_DISK)
+    ev = None
     try:
         counts = category_counts(result, cmp)
         notes = _notes(cmp, order, updates)
@@ -280,13 +281,15 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                 attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
-        progress(f"{op.name}: samples, timeline, expectations")
+        progress(f"{op.name}: samples")
         samples = _samples(result, attributed, cmp, ev, windows)
+        progress(f"{op.name}: timeline")
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           timeline=_timeline(result, windows.advance if windows is not None else 1, attributed),
                           lateness=_lateness(ledger, op.name),
                           notes=notes, restarts=found)
+        progress(f"{op.name}: expectations on the streaming output")
         section.expectations = _stream_suites(stream, op, plan)
         if corrections is not None:
             progress(f"{op.name}: writing corrections to {corrections}")
@@ -296,6 +299,8 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         return section
     finally:
         result.unpersist()
+        if ev is not None:
+            causes_mod.release(ev)
 
 
 CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore")

@@ -105,8 +105,9 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec
     df = extract(read.records, spec.timestamp, source)
     # read and parsed once, stored: the offsets, the ordered records and the samples' inputs are built on it
     # (reading and parsing is most of each pass over the input)
+    reaches = F.col("key").isNotNull() & F.col("_drop").isNull()
     df = stored = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS],
-                            (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r")).localCheckpoint(eager=False)
+                            reaches.alias("_r")).localCheckpoint(eager=False)
     offsets = df.select("partition", "offset", "ts", "_r")
     if plan.start is not None:  # the run's warm-up bound (evaluator: records with ts >= start)
         df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))

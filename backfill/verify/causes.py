@@ -92,10 +92,11 @@ def key_text(df: DataFrame, column: str = "key") -> Column:
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timestamp", "headers")
 
 
-def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec
+def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool = True
                   ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
     """(records reaching the operator, the same with stream time at arrival as processed, offsets read,
-    the stored frame they are built on)."""
+    the stored frame they are built on). `store`: the input is read several times (causes are attributed),
+    so it is read and parsed once and stored; otherwise each use reads it."""
     assert op.aggregate is not None
     if op.aggregate.group_by is not None:
         return _repartitioned_input(spark, plan, op)
@@ -106,8 +107,9 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec
     # read and parsed once, stored: the offsets, the ordered records and the samples' inputs are built on it
     # (reading and parsing is most of each pass over the input)
     reaches = F.col("key").isNotNull() & F.col("_drop").isNull()
-    df = stored = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS],
-                            reaches.alias("_r")).localCheckpoint(eager=False)
+    df = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS], reaches.alias("_r"))
+    held = (df.localCheckpoint(eager=False),) if store else ()
+    df = held[0] if held else df
     offsets = df.select("partition", "offset", "ts", "_r")
     if plan.start is not None:  # the run's warm-up bound (evaluator: records with ts >= start)
         df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
@@ -122,7 +124,7 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec
     if until is not None:  # the run's cool-down cut: nothing after a partition's first record past it
         df = df.where(F.coalesce(F.col("_pbefore"), F.lit(-1)) < F.lit(until))
     records = df.where(reaches).select(*RECORD_COLUMNS, "st")
-    return raw, records, offsets, (stored,)
+    return raw, records, offsets, held
 
 
 def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
@@ -140,13 +142,13 @@ def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
 
 
 def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None,
-           run: dict[str, Any] | None = None) -> Evidence:
+           run: dict[str, Any] | None = None, store: bool = True) -> Evidence:
     """Read the evidence of one operator: input records, partition facts, offset gaps, late drops.
 
     `run`: the manifest of the run over this range (io/runs.py `last_run`); each task's stream time at the
     end of the data is then the one the run recorded, not derived again.
     """
-    raw, records, offsets, held = input_records(spark, plan, op)
+    raw, records, offsets, held = input_records(spark, plan, op, store)
     records = records.persist(StorageLevel.MEMORY_AND_DISK)
     recorded = ((run or {}).get("counts", {}).get("operators", {}).get(op.name) or {}).get("final_stream_time")
     if recorded:

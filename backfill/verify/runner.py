@@ -267,11 +267,12 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         counts = category_counts(result, cmp)
         notes = _notes(cmp, order, updates)
         ledger = _ledger(spark, plan)
+        differs = sum(counts.values()) - counts[MATCH]
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
-                                                                 plan.end))
+                                                                 plan.end), store=bool(differs))
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
         attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
-        if sum(counts.values()) - counts[MATCH]:
+        if differs:
             progress(f"{op.name}: attributing causes")
             if windows is None:  # sliding and session windows: what their outputs alone show
                 attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp)) \

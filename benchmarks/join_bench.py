@@ -237,7 +237,7 @@ def pair_facts(spark: Any, job: Path) -> dict[str, int]:
     summary = ev.RunSummary(run_id="facts", job="facts", start=None, end=None)
     ordered = ev._ordered(plan, ev._read_all(plan, spark, summary), summary)
     w = JoinWindows.of(op.spec.join)  # type: ignore[union-attr,arg-type]
-    recs = _records(ordered, op.spec.join, op.stream_time, w).where(  # type: ignore[union-attr,arg-type]
+    recs = _records(ordered, op.spec, op.stream_time, w).where(  # type: ignore[arg-type]
         "key IS NOT NULL AND value IS NOT NULL")
     recs = recs.persist()
     lrows, rrows, equi = bucketed(recs, recs, w)

@@ -128,3 +128,22 @@ def test_parquet_sources_and_sinks_give_what_jsonl_gives(tmp_path, spark):
     from_jsonl = sorted(read_jsonl(tmp_path / "a" / "out" / "agg.jsonl"), key=lambda r: r["emit_seq"])
     from_parquet = sorted(pq.read_table(tmp_path / "b" / "out" / "agg").to_pylist(), key=lambda r: r["emit_seq"])
     assert from_parquet == from_jsonl and len(from_jsonl) == 25
+
+
+def test_plan_starts_no_jvm_and_imports_neither_pandas_nor_great_expectations():
+    """`plan` stays quick (under a second on this project's 2-core machine): it reads no data, so it needs
+    no JVM, and pandas (0.4 s) and great-expectations are only imported where a run or a Python worker uses them."""
+    import subprocess
+    import sys
+
+    job = Path(__file__).resolve().parents[1] / "jobs" / "clicks_impressions.yaml"
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom backfill.cli import app\n"
+            f"result = CliRunner().invoke(app, ['plan', {str(job)!r}])\n"
+            "assert result.exit_code == 0, result.output\n"
+            "from pyspark import SparkContext\n"
+            "print(sorted(m for m in ('pandas', 'great_expectations') if m in sys.modules),\n"
+            "      SparkContext._active_spark_context is not None)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[] False"

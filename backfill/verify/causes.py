@@ -104,10 +104,10 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool
     spec = plan.job.spec.sources[source]
     read = read_source(spark, plan.job, source, plan.source(source).rank)
     df = extract(read.records, spec.timestamp, source)
-    # read and parsed once, stored: the offsets, the ordered records and the samples' inputs are built on it
+    # with `store`, read and parsed once and stored: the offsets, the ordered records and the samples' inputs are built on it
     # (reading and parsing is most of each pass over the input)
-    reaches = F.col("key").isNotNull() & F.col("_drop").isNull()
-    df = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS], reaches.alias("_r"))
+    df = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS],
+                   (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r"))  # reaches the operator
     held = (df.localCheckpoint(eager=False),) if store else ()
     df = held[0] if held else df
     offsets = df.select("partition", "offset", "ts", "_r")

@@ -104,8 +104,8 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool
     spec = plan.job.spec.sources[source]
     read = read_source(spark, plan.job, source, plan.source(source).rank)
     df = extract(read.records, spec.timestamp, source)
-    # with `store`, read and parsed once and stored: the offsets, the ordered records and the samples' inputs are built on it
-    # (reading and parsing is most of each pass over the input)
+    # with `store`, read and parsed once and stored: the offsets, the ordered records and the samples' inputs are
+    # built on it (reading and parsing is most of each pass over the input)
     df = df.select(*[key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS],
                    (F.col("key").isNotNull() & F.col("_drop").isNull()).alias("_r"))  # reaches the operator
     held = (df.localCheckpoint(eager=False),) if store else ()

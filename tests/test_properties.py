@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.golden.harness import run_job
+from tests.golden.harness import aggregate_job, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 # no shrinking: one Spark job per example; a failure prints its full example, to be kept as a golden test
@@ -167,6 +167,47 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
             assert _ledger(fast.ledger) == _ledger(oracle.ledger), label + "ledger"
             if not args:  # the batch does exercise every kind of drop
                 assert {"unreadable", "invalid_timestamp", "late", "null_key"} <= {r["reason"] for r in oracle.ledger}
+
+    check()
+
+
+def test_one_pass_equals_reference(tmp_path_factory, spark):
+    """A job whose only operator takes the one pass (emit final, aggregations of the value only:
+    plan/fused.py): its output, open windows and ledger equal the reference engine's, whole and ranged, with
+    duplicated records (the same partition and offset twice) among the random ones."""
+    from backfill.jobspec import load_job
+    from backfill.plan.builder import build_plan
+    from backfill.plan.fused import fusable
+
+    schema = n_schema(tmp_path_factory)
+    aggregations = "{n: count(), total: sum(value.n), low: min(value.n), values: count(value.n)}"
+
+    @SETTINGS
+    @given(seed=SEEDS)
+    def check(seed: int) -> None:
+        rng = random.Random(seed)
+        policy, window = rng.choice(POLICIES), rng.choice(WINDOWS)
+        rows = scenarios(rng, count=(30, 40), policy=policy)["s"]
+        rows += [dict(r) for r in rng.sample(rows, 10)]  # a source may hold a record twice: both count
+        rows.sort(key=lambda r: (r["partition"], r["offset"]))
+        source = f"{{extractor: record, on_invalid: {policy}}}, on_error: skip, value: {{format: json, schema: {schema}}}"
+        job = aggregate_job(window, aggregations, "final").replace(
+            "value: {format: string}, timestamp: {extractor: record, on_invalid: fail}", f"timestamp: {source}")
+        bounds = rng.randint(0, 20), rng.randint(25, 61)
+        tmp = tmp_path_factory.mktemp("one-pass")
+        for args in ((), ("--start", str(bounds[0]), "--end", str(bounds[1]))):
+            label = f"{window} {policy} {'ranged' if args else 'whole'}: "
+            fast = run_job(tmp / f"spark{len(args)}", job, {"s": rows}, *args)
+            oracle = run_job(tmp / f"ref{len(args)}", job, {"s": rows}, *args, engine="reference")
+            assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
+            assert fusable(build_plan(load_job(tmp / f"spark{len(args)}" / "job.yaml"))) is not None, label
+            assert _rows(fast.outputs.get("agg", [])) == _rows(oracle.outputs["agg"]), label + "output"
+            open_windows = len(oracle.summary["incomplete"]["agg"])
+            assert fast.summary["operators"]["agg"]["incomplete_windows"] == open_windows, label + "open windows"
+            assert _ledger(fast.ledger) == _ledger(oracle.ledger), label + "ledger"
+            if not args:  # under partition_time an invalid timestamp is replaced, not dropped
+                kinds = {"unreadable", "late", "null_key"} | ({"invalid_timestamp"} if policy == "skip" else set())
+                assert kinds <= {r["reason"] for r in oracle.ledger}, label
 
     check()
 

@@ -122,6 +122,63 @@ class WindowAggregate(Operator):
         assert self.spec is not None
         return aggregate(self.spec, processed, self.stream_time, counts.final_stream_time, dropped)
 
+    def fuses(self) -> bool:
+        """Whether it can run in the one pass (plan/fused.py): emit final, not re-keyed, aggregations that
+        neither depend on processing order nor read any record column but `value` (the pass hides the value
+        from the rows that are not windows, so their groups aggregate nothing but nulls)."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        if self.emit != "final" or rekeys(self.spec):
+            return False
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        return not any(a.order_sensitive for a in aggs) and all(a.reads_only_value for a in aggs)
+
+    def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column) -> DataFrame:
+        """Each record as the rows of the one pass (plan/fused.py): one counting row (CHECKED), one ledger
+        row when `record_row` holds (RECORD), and for a record reaching the operator one row per window of
+        windowsFor(ts), WINDOW when accepted (4.1 step 5), LATE otherwise. Only `live` records (not cut by
+        the cool-down) get rows beyond the counting row. `_mark` is the window start (negative: no window)."""
+        assert self.spec is not None
+        w, st = self.windows, self.stream_time
+        none = F.array().cast("array<bigint>")
+        marks = F.concat(F.array(F.lit(_COUNTING_MARK)),
+                         F.when(live & record_row, F.array(F.lit(_RECORD_MARK))).otherwise(none),
+                         # never null: concat with a null array would lose the record's every row
+                         F.coalesce(F.when(live & reaches(self.spec), w.starts("ts")), none))
+        mark = F.col("_mark")
+        kind = (F.when(mark == _COUNTING_MARK, F.lit(CHECKED)).when(mark == _RECORD_MARK, F.lit(RECORD))
+                .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW)).otherwise(F.lit(LATE_PAIR)))
+        return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
+
+    def fused_aggregations(self) -> list[Column]:
+        """Its aggregations in the one pass: the output columns, and the window's max ts and task span."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        # by position: an output name may be one of the counting pass's ("n", ...)
+        return [*[a.aggregate().alias(f"_output_{i}") for i, a in enumerate(aggs)], F.max("ts").alias("_window_ts"),
+                F.min("task").alias("_task_lo"), F.max("task").alias("_task_hi")]
+
+    def fused_result(self, groups: DataFrame, records: DataFrame, counts: OperatorCounts) -> OperatorResult:
+        """Its output and ledger rows from the one pass's groups (`records`: its RECORD rows, one per record)."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        w, st = self.windows, self.stream_time
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        null_keys = ledger_rows(records.where(reaches_input(self.spec) & F.col("key").isNull()), reason=NULL_KEY,
+                                operator=self.name, stream_time=F.col(st), range_time=F.col("ts"))
+        pairs = repeated(groups.where(F.col("_g") == LATE_PAIR))
+        late = ledger_rows(pairs, reason=LATE, operator=self.name, stream_time=F.col(st),
+                           window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(w.size),
+                           range_time=F.col("window_start"))
+        task_st = task_stream_time(counts.final_stream_time)
+        windows = groups.where(F.col("_g") == WINDOW).select(
+            "key", "window_start", (F.col("window_start") + F.lit(w.size)).alias("window_end"),
+            *[F.col(f"_output_{i}").alias(a.name) for i, a in enumerate(aggs)], F.col("_window_ts").alias("ts"), F.col("_task_lo").alias("task"),
+            (F.col("_task_lo") != F.col("_task_hi")).alias("_split"))
+        windows = windows.withColumn(
+            "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
+        return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)),
+                            ledger=null_keys.unionByName(late), range_column="window_start", windows=windows,
+                            operator=self.name)
+
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The window suite and (key, window_start) or (task, emit_seq) uniqueness."""
         return OutputSuite(window_frame(output, self.windows), window_checks(self.windows, output.columns),
@@ -185,6 +242,21 @@ class FinalWindows(OperatorResult):
                                    "output would not be unique per (key, window_start); nothing was published")
 
         return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
+
+
+# the one pass (plan/fused.py): what a row of a record is, and the marks of the rows that are not windows
+WINDOW, LATE_PAIR, RECORD, CHECKED = 0, 1, 2, 3
+_COUNTING_MARK, _RECORD_MARK = -1, -2  # window starts are >= 0
+
+
+def repeated(groups: DataFrame) -> DataFrame:
+    """Ledger groups back to rows: a group holds `_n` copies of one record (a source may hold duplicates)."""
+    return groups.select("*", F.explode(F.array_repeat(F.lit(0), F.col("_n").cast("int"))).alias("_copy"))
+
+
+def reaches_input(op: OperatorSpec) -> Column:
+    """Records of the operator's input that their source did not drop (null keys included)."""
+    return (F.col("source") == stream_name(op)) & F.col("_drop").isNull()
 
 
 def reaches(op: OperatorSpec) -> Column:

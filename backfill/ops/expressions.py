@@ -47,6 +47,15 @@ class CompiledAggregation:
         """True when the result depends on processing order (fold, first, last, collect_list, ...)."""
         return self.is_fold or bool(_ORDER_SENSITIVE.search(self.sql or ""))
 
+    @property
+    def reads_only_value(self) -> bool:
+        """True for an aggregation whose SQL reads no record column but `value` (count() reads none)."""
+        if self.sql is None:
+            return False
+        tree = sqlglot.parse_one(self.sql, read=SparkSQL)
+        lambdas = {p.name for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
+        return all(c.parts[0].name.lower() == "value" or c.parts[0].name in lambdas for c in tree.find_all(exp.Column))
+
     def aggregate(self) -> Column:
         """The aggregate column (for groupBy or a window); folds use fold_over()."""
         assert self.sql is not None

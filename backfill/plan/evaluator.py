@@ -35,7 +35,9 @@ from backfill.ops.join import as_processed
 from backfill.jobspec.rekeys import copied, rekeys, stream_name
 from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import check_copartitioned, order_records
+from backfill.plan import fused
 from backfill.plan.definition import Plan
+from backfill.plan.fused import fusable
 from backfill.session import release
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -134,10 +136,11 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
     ordered = ordered.select(*_kept_columns(plan, ordered.columns))
     rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
-    if rekeyed or not stored:  # a large input ordered chunk by chunk is stored already (order/tasks.py)
+    # a large input ordered chunk by chunk is stored already (order/tasks.py); the one pass stores its groups
+    if (rekeyed or not stored) and fusable(plan) is None:
         ordered = ordered.localCheckpoint(eager=False)
     try:
-        _run_operators(plan, spark, ordered, summary, progress, started, intervals)
+        _run_operators(plan, spark, ordered, summary, progress, started, intervals, stored)
     finally:
         for frame in (ordered, *stored):
             release(frame)
@@ -196,15 +199,28 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
 
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
-                   progress: Progress, started: float, intervals: Intervals | None = None) -> None:
-    """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails)."""
-    progress("checking records")
-    _record_stats(plan, ordered, summary)
-    processed = _cut_cooldown(plan, ordered)
-    progress("aggregating")
-    # every record that can give a ledger row, found in one scan (a few percent of the records)
-    dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-    results = {op.name: op.run(processed, dropped, summary.operators[op.name]) for op in plan.operators}
+                   progress: Progress, started: float, intervals: Intervals | None = None,
+                   stored: list[DataFrame] | None = None) -> None:
+    """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails).
+
+    `stored`: where the one pass (plan/fused.py) appends the groups it stores, released by the caller."""
+    one = fusable(plan)
+    if one is not None:
+        progress("checking and aggregating records (one pass)")
+        groups = fused.one_pass(plan, one, ordered, ~_beyond(plan), stat_columns(plan, F.col("_g") == fused.CHECKED))
+        groups = groups.localCheckpoint(eager=True)
+        if stored is not None:
+            stored.append(groups)
+        apply_stats(plan, fused.stat_rows(groups), ordered, summary)
+        results, dropped = fused.results(one, groups, summary.operators[one.name])
+    else:
+        progress("checking records")
+        _record_stats(plan, ordered, summary)
+        processed = _cut_cooldown(plan, ordered)
+        progress("aggregating")
+        # every record that can give a ledger row, found in one scan (a few percent of the records)
+        dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+        results = {op.name: op.run(processed, dropped, summary.operators[op.name]) for op in plan.operators}
     # the ledger is small (late records only) and read three times: count, check, write
     ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -380,19 +396,32 @@ def _check_value_formats(plan: Plan, frames: list[DataFrame]) -> None:
                         "sources as one table, so give them the same value.format (e.g. json)")
 
 
+STAT_GROUPS = ("source", "_drop", "_fatal", "task")
+
+
 def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     """One pass of counts: per source and drop reason, per operator; fail on a fatal record."""
-    live = ~_beyond(plan)
-    cols: list[Column] = [F.count(F.lit(1)).alias("n"), F.count(F.when(~live, 1)).alias("beyond")]
+    rows = ordered.groupBy(*STAT_GROUPS).agg(*stat_columns(plan, F.lit(True))).collect()
+    apply_stats(plan, rows, ordered, summary)
+
+
+def stat_columns(plan: Plan, counted: Column) -> list[Column]:
+    """The counting pass's aggregations, over the rows where `counted` holds (grouped by STAT_GROUPS)."""
+    live = ~_beyond(plan) & counted
+    cols: list[Column] = [F.count(F.when(counted, 1)).alias("n"), F.count(F.when(counted & ~live, 1)).alias("beyond")]
     for op in plan.operators:
         cols += op.count_columns(live)
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
     named = ~F.col("topic").isin(*defaults) & F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True))
-    topic = F.when(named, F.xxhash64("topic"))
-    cols += [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
-    rows = ordered.groupBy("source", "_drop", "_fatal", "task").agg(*cols).collect()
+    topic = F.when(counted & named, F.xxhash64("topic"))
+    return cols + [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
+
+
+def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSummary) -> None:
+    """The counting pass's rows into the summary and every operator's counts; fail on a fatal record, a
+    source of several topics or inputs that are not co-partitioned (`ordered` is read only to say which)."""
     copies = {name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:

@@ -190,7 +190,8 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
         rows = scenarios(rng, count=(30, 40), policy=policy)["s"]
         rows += [dict(r) for r in rng.sample(rows, 10)]  # a source may hold a record twice: both count
         rows.sort(key=lambda r: (r["partition"], r["offset"]))
-        source = f"{{extractor: record, on_invalid: {policy}}}, on_error: skip, value: {{format: json, schema: {schema}}}"
+        source = (f"{{extractor: record, on_invalid: {policy}}}, on_error: skip, "
+                  f"value: {{format: json, schema: {schema}}}")
         job = aggregate_job(window, aggregations, "final").replace(
             "value: {format: string}, timestamp: {extractor: record, on_invalid: fail}", f"timestamp: {source}")
         bounds = rng.randint(0, 20), rng.randint(25, 61)

@@ -171,7 +171,8 @@ class WindowAggregate(Operator):
         task_st = task_stream_time(counts.final_stream_time)
         windows = groups.where(F.col("_g") == WINDOW).select(
             "key", "window_start", (F.col("window_start") + F.lit(w.size)).alias("window_end"),
-            *[F.col(f"_output_{i}").alias(a.name) for i, a in enumerate(aggs)], F.col("_window_ts").alias("ts"), F.col("_task_lo").alias("task"),
+            *[F.col(f"_output_{i}").alias(a.name) for i, a in enumerate(aggs)], F.col("_window_ts").alias("ts"),
+            F.col("_task_lo").alias("task"),
             (F.col("_task_lo") != F.col("_task_hi")).alias("_split"))
         windows = windows.withColumn(
             "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))

@@ -79,7 +79,8 @@ def stat_rows(groups: DataFrame) -> list[Any]:
     return groups.where(F.col("_g") == CHECKED).collect()
 
 
-def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts) -> tuple[dict[str, OperatorResult], DataFrame]:
+def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts
+            ) -> tuple[dict[str, OperatorResult], DataFrame]:
     """The operator's result and the records that may give ledger rows (for the source drops)."""
     records = repeated(groups.where(F.col("_g") == RECORD))
     return {op.name: op.fused_result(groups, records, counts)}, records

@@ -133,21 +133,29 @@ class WindowAggregate(Operator):
         return not any(a.order_sensitive for a in aggs) and all(a.reads_only_value for a in aggs)
 
     def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column) -> DataFrame:
-        """Each record as the rows of the one pass (plan/fused.py): one counting row (CHECKED), one ledger
-        row when `record_row` holds (RECORD), and for a record reaching the operator one row per window of
-        windowsFor(ts), WINDOW when accepted (4.1 step 5), LATE otherwise. Only `live` records (not cut by
-        the cool-down) get rows beyond the counting row. `_mark` is the window start (negative: no window)."""
+        """Each record as the rows of the one pass (plan/fused.py): one ledger row when `record_row` holds
+        (RECORD), and for a record reaching the operator one row per window of windowsFor(ts), WINDOW when
+        accepted (4.1 step 5), LATE_PAIR otherwise; only `live` records (not cut by the cool-down) have rows.
+        `_mark` is the window start (RECORD_MARK: none)."""
         assert self.spec is not None
         w, st = self.windows, self.stream_time
         none = F.array().cast("array<bigint>")
-        marks = F.concat(F.array(F.lit(_COUNTING_MARK)),
-                         F.when(live & record_row, F.array(F.lit(_RECORD_MARK))).otherwise(none),
+        marks = F.concat(F.when(live & record_row, F.array(F.lit(_RECORD_MARK))).otherwise(none),
                          # never null: concat with a null array would lose the record's every row
                          F.coalesce(F.when(live & reaches(self.spec), w.starts("ts")), none))
         mark = F.col("_mark")
-        kind = (F.when(mark == _COUNTING_MARK, F.lit(CHECKED)).when(mark == _RECORD_MARK, F.lit(RECORD))
+        kind = (F.when(mark == _RECORD_MARK, F.lit(RECORD))
                 .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW)).otherwise(F.lit(LATE_PAIR)))
         return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
+
+    def fused_pairs(self, live: Column) -> Column:
+        """Aggregation: the accepted (record, window) pairs, counted per record without exploding (the one pass
+        checks its count against its windows' records)."""
+        w = self.windows
+        assert self.spec is not None
+        count = (w.last_start("ts") - w.first_start("ts")) / F.lit(w.advance) + 1
+        accepted = count.cast("long") - late_windows(w, self.stream_time)["late"].cast("long")
+        return F.sum(F.when(live & reaches(self.spec), accepted)).alias("_accepted_pairs")
 
     def fused_aggregations(self) -> list[Column]:
         """Its aggregations in the one pass: the output columns, and the window's max ts and task span."""
@@ -245,9 +253,9 @@ class FinalWindows(OperatorResult):
         return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
 
 
-# the one pass (plan/fused.py): what a row of a record is, and the marks of the rows that are not windows
-WINDOW, LATE_PAIR, RECORD, CHECKED = 0, 1, 2, 3
-_COUNTING_MARK, _RECORD_MARK = -1, -2  # window starts are >= 0
+# the one pass (plan/fused.py): what a row of a record is; the mark of a row that is not a window
+WINDOW, LATE_PAIR, RECORD = 0, 1, 2
+_RECORD_MARK = -1  # window starts are >= 0
 
 
 def repeated(groups: DataFrame) -> DataFrame:

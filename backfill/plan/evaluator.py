@@ -207,11 +207,11 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     one = fusable(plan)
     if one is not None:
         progress("checking and aggregating records (one pass)")
-        groups = fused.one_pass(plan, one, ordered, ~_beyond(plan), stat_columns(plan, F.col("_g") == fused.CHECKED))
+        groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan))
         groups = groups.localCheckpoint(eager=True)
         if stored is not None:
             stored.append(groups)
-        apply_stats(plan, fused.stat_rows(groups), ordered, summary)
+        apply_stats(plan, fused.stat_rows(plan, one, groups, seen), ordered, summary)
         results, dropped = fused.results(one, groups, summary.operators[one.name])
     else:
         progress("checking records")
@@ -401,21 +401,21 @@ STAT_GROUPS = ("source", "_drop", "_fatal", "task")
 
 def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     """One pass of counts: per source and drop reason, per operator; fail on a fatal record."""
-    rows = ordered.groupBy(*STAT_GROUPS).agg(*stat_columns(plan, F.lit(True))).collect()
+    rows = ordered.groupBy(*STAT_GROUPS).agg(*stat_columns(plan)).collect()
     apply_stats(plan, rows, ordered, summary)
 
 
-def stat_columns(plan: Plan, counted: Column) -> list[Column]:
-    """The counting pass's aggregations, over the rows where `counted` holds (grouped by STAT_GROUPS)."""
-    live = ~_beyond(plan) & counted
-    cols: list[Column] = [F.count(F.when(counted, 1)).alias("n"), F.count(F.when(counted & ~live, 1)).alias("beyond")]
+def stat_columns(plan: Plan) -> list[Column]:
+    """The counting pass's aggregations (grouped by STAT_GROUPS, or over all records: plan/fused.py)."""
+    live = ~_beyond(plan)
+    cols: list[Column] = [F.count(F.lit(1)).alias("n"), F.count(F.when(~live, 1)).alias("beyond")]
     for op in plan.operators:
         cols += op.count_columns(live)
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
     named = ~F.col("topic").isin(*defaults) & F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True))
-    topic = F.when(counted & named, F.xxhash64("topic"))
+    topic = F.when(named, F.xxhash64("topic"))
     return cols + [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
 
 

@@ -2,81 +2,134 @@
 aggregation over the ordered records, storing its groups (a few rows per window) instead of the records.
 
 The general path (plan/evaluator.py) stores the ordered records and reads them three times: the counting
-pass, the ledger candidates and the operator. Here each record is exploded into the rows of the operator's
-`fused_rows` (ops/aggregate.py), each tagged with what it is (`_g`):
+pass, the ledger candidates and the operator. Here the ordered records flow once through:
 
-- CHECKED, one per record: grouped by (source, drop, fatal, task) they give exactly the counting pass's rows
-  (evaluator.stat_columns, restricted to these rows);
-- RECORD, one per record that may give a ledger row of its own (dropped by its source, null key);
-- WINDOW, one per accepted (record, window): grouped by (key, window start), the output;
-- LATE, one per refused (record, window): a `late` ledger row.
+- an Observation, which counts them as the counting pass does (evaluator.stat_columns), per drop category
+  of the job's one source;
+- the operator's `fused_rows` (ops/aggregate.py), which explodes each record into rows tagged with what they
+  are (`_g`): RECORD, one per record that may give a ledger row of its own (dropped by its source, null key);
+  WINDOW, one per accepted (record, window); LATE, one per refused (record, window);
+- one aggregation: WINDOW rows grouped by (key, window start) are the output, the others are ledger rows.
 
 The group columns of a row are null except those of its kind, and the kind is part of the group, so a group
 only ever holds rows of one kind: a window group aggregates its records, a ledger group copies of one record
 (`_n` of them: a source may hold duplicates). The value is hidden from the rows that are not windows, so the
 output aggregations (which read nothing but the value, `fuses()`) compute nothing on the other groups.
 
-Measured at 10M records (benchmarks/README.md): the stored records, the three scans of them and the garbage
-they make cost more than the aggregation itself.
+Measured at 10M records (benchmarks/README.md): storing the records, the three scans of them and the
+garbage they make cost more than the aggregation itself.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from backfill.ops.aggregate import CHECKED, LATE_PAIR, RECORD, WINDOW, WindowAggregate, repeated
+from backfill.errors import BackfillError
+from backfill.ledger import UNREADABLE
+from backfill.ops.aggregate import LATE_PAIR, RECORD, WINDOW, WindowAggregate, repeated
 from backfill.ops.base import OperatorCounts, OperatorResult
+from backfill.time.extract import INVALID
 
 if TYPE_CHECKING:
     from backfill.plan.definition import Plan
 
-# group columns per kind of row; every other group column of a row is null
-_STATS = ("source", "_drop", "_fatal", "task")
+# the columns of a ledger row's record
 _LEDGER = ("source", "topic", "partition", "offset", "key", "ts")
 _RECORD_ONLY = ("_drop", "_problem", "_where", "_raw_ts", "_partition_time")
 
 
 def fusable(plan: Plan) -> WindowAggregate | None:
-    """The plan's operator when the one pass can run it: one operator that `fuses()`, in the merge order."""
-    if plan.given_order or len(plan.operators) != 1:
+    """The plan's operator when the one pass can run it: one source, one operator that `fuses()`, in the
+    merge order."""
+    if plan.given_order or len(plan.operators) != 1 or len(plan.sources) != 1:
         return None
     op = plan.operators[0]
     return op if isinstance(op, WindowAggregate) and op.fuses() else None
 
 
-def one_pass(plan: Plan, op: WindowAggregate, ordered: DataFrame, live: Column,
-             stat_columns: list[Column]) -> DataFrame:
-    """The groups of the one pass (not yet computed): `_g`, the group columns, `_n`, the operator's
-    aggregations and the counting columns (over CHECKED rows only, `stat_columns`)."""
+@dataclass(frozen=True)
+class Counted:
+    """The one pass's counts: observed while its groups are computed."""
+
+    seen: Observation
+    ordered: DataFrame
+    columns: list[Column]
+
+    def get(self) -> dict[str, Any]:
+        """The counts; when Spark observed nothing (it skips the pass over an empty input), one aggregation."""
+        try:
+            return self.seen.get
+        except Exception:  # noqa: BLE001 - py4j's error: the observation's row was never filled
+            return self.ordered.agg(*self.columns).first().asDict()  # type: ignore[union-attr]
+
+
+def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: list[Column]
+             ) -> tuple[DataFrame, Counted]:
+    """The groups of the one pass (not yet computed) and the counts of its records, observed when the groups
+    are computed (`counting`: the counting pass's aggregations, over all records)."""
+    unreadable = F.col("_drop").startswith("unreadable")
+    columns = [F.struct(*counting).alias("_counts"),
+               F.count(F.when(unreadable, 1)).alias("_unreadable"),
+               F.count(F.when(F.col("_drop").isNotNull() & ~unreadable, 1)).alias("_invalid"),
+               F.count(F.when(F.col("_fatal").isNotNull(), 1)).alias("_fatal"), op.fused_pairs(live)]
+    counted = Counted(Observation(), ordered, columns)
+    ordered = ordered.observe(counted.seen, *columns)
     record_row = F.col("_drop").isNotNull() | F.col("key").isNull()
     rows = op.fused_rows(ordered, live, record_row)
     kind = F.col("_g")
     # a ledger row's record, one column: a window row's group has one null there instead of a dozen
-    fields = [c for c in (*_LEDGER, op.stream_time, *_RECORD_ONLY) if c in rows.columns]
-    fields = list(dict.fromkeys(fields))
+    fields = list(dict.fromkeys(c for c in (*_LEDGER, op.stream_time, *_RECORD_ONLY) if c in rows.columns))
     groups = {"_group_key": F.when(kind == WINDOW, F.col("key")),
               "_group_window_start": F.when(kind.isin(WINDOW, LATE_PAIR), F.col("_mark")),
-              "_group_record": F.when(kind.isin(RECORD, LATE_PAIR), F.struct(*fields)),
-              **{f"_group_{c}": F.when(kind == CHECKED, F.col(c)) for c in _STATS}}
+              "_group_record": F.when(kind.isin(RECORD, LATE_PAIR), F.struct(*fields))}
     keyed = rows.select(
         *[c for c in rows.columns if c != "value"],
         F.when(kind == WINDOW, F.col("value")).alias("value"),  # the output aggregations read only the value
         *[value.alias(name) for name, value in groups.items()])
-    out = keyed.groupBy("_g", *groups).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations(), *stat_columns)
+    out = keyed.groupBy("_g", *groups).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations())
     record = F.col("_group_record")
     named = {"key": F.coalesce(F.col("_group_key"), record["key"]), "window_start": F.col("_group_window_start"),
-             **{c: F.coalesce(F.col(f"_group_{c}"), record[c]) if c in fields else F.col(f"_group_{c}")
-                for c in _STATS},
-             **{c: record[c] for c in fields if c not in ("key", *_STATS)}}
-    return out.select("_g", *[value.alias(name) for name, value in named.items()],
-                      *[c for c in out.columns if c != "_g" and c not in groups])
+             **{c: record[c] for c in fields if c != "key"}}
+    return (out.select("_g", *[value.alias(name) for name, value in named.items()],
+                       *[c for c in out.columns if c != "_g" and c not in groups]), counted)
 
 
-def stat_rows(groups: DataFrame) -> list[Any]:
-    """The counting pass's rows (one per source, drop, fatal and task)."""
-    return groups.where(F.col("_g") == CHECKED).collect()
+def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted) -> list[dict[str, Any]]:
+    """The counting pass's rows (evaluator.apply_stats) from the observation: per drop category of the one
+    source (not dropped, unreadable, invalid timestamp), and per task its operator's stream time at the end
+    of the data, which is the newest `ts` of its windows (the record with the task's newest timestamp is
+    always inside a window it is not late for)."""
+    counted = seen.get()
+    source = plan.sources[0].name
+    rows: list[dict[str, Any]] = []
+    # its sums are those of the counting pass's rows: the operator's counts are of records not dropped, and
+    # how many records each drop category holds is counted on its own
+    row = {**counted["_counts"].asDict(), "source": source, "_drop": None, "_fatal": None, "task": None,
+           op.stat("st"): None}
+    dropped = {UNREADABLE: counted["_unreadable"], INVALID: counted["_invalid"]}
+    rows.append({**row, "n": row["n"] - sum(dropped.values())})
+    nothing = {op.stat(k): 0 for k in ("in", "nullkey", "contrib", "late")}
+    rows += [{**row, **nothing, "_drop": drop, "n": n, "beyond": 0} for drop, n in dropped.items() if n]
+    if counted["_fatal"]:
+        rows.append({"source": source, "_drop": None, "_fatal": "fatal", "task": None})
+        return rows  # apply_stats fails on it
+    tasks = groups.where(F.col("_g") == WINDOW).groupBy("_task_lo").agg(
+        F.max("_window_ts").alias("st"), F.sum("_n").alias("pairs")).collect()
+    # the counts are accumulated as records pass: a stage that ran twice would have counted twice, which the
+    # pairs its windows hold would show (never silently: nothing is published on a mismatch)
+    pairs = sum(r["pairs"] for r in tasks)
+    if pairs != (counted["_accepted_pairs"] or 0):
+        raise BackfillError(f"internal error: operators.{op.name}: the one pass counted "
+                            f"{counted['_accepted_pairs'] or 0} accepted (record, window) pairs and its windows "
+                            f"hold {pairs}; nothing was published (please report it)")
+    for r in tasks:
+        rows.append({"source": source, "_drop": None, "_fatal": None, "task": r["_task_lo"], "n": 0, "beyond": 0,
+                     op.stat("in"): 0, op.stat("nullkey"): 0, op.stat("contrib"): 0, op.stat("late"): 0,
+                     op.stat("st"): r["st"], "topic_lo": None, "topic_hi": None})
+    return rows
 
 
 def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts
@@ -84,4 +137,3 @@ def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts
     """The operator's result and the records that may give ledger rows (for the source drops)."""
     records = repeated(groups.where(F.col("_g") == RECORD))
     return {op.name: op.fused_result(groups, records, counts)}, records
-

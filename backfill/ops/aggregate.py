@@ -170,8 +170,9 @@ class WindowAggregate(Operator):
         assert self.spec is not None and self.spec.aggregate is not None
         w, st = self.windows, self.stream_time
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
-        null_keys = ledger_rows(records.where(reaches_input(self.spec) & F.col("key").isNull()), reason=NULL_KEY,
-                                operator=self.name, stream_time=F.col(st), range_time=F.col("ts"))
+        mine = records.where(in_source(stream_name(self.spec)) & F.col("key").isNull())
+        null_keys = ledger_rows(mine, reason=NULL_KEY, operator=self.name, stream_time=F.col(st),
+                                range_time=F.col("ts"))
         pairs = repeated(groups.where(F.col("_g") == LATE_PAIR))
         late = ledger_rows(pairs, reason=LATE, operator=self.name, stream_time=F.col(st),
                            window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(w.size),
@@ -261,11 +262,6 @@ _RECORD_MARK = -1  # window starts are >= 0
 def repeated(groups: DataFrame) -> DataFrame:
     """Ledger groups back to rows: a group holds `_n` copies of one record (a source may hold duplicates)."""
     return groups.select("*", F.explode(F.array_repeat(F.lit(0), F.col("_n").cast("int"))).alias("_copy"))
-
-
-def reaches_input(op: OperatorSpec) -> Column:
-    """Records of the operator's input that their source did not drop (null keys included)."""
-    return (F.col("source") == stream_name(op)) & F.col("_drop").isNull()
 
 
 def reaches(op: OperatorSpec) -> Column:

@@ -38,6 +38,7 @@ from backfill.order.tasks import check_copartitioned, order_records
 from backfill.plan import fused
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
+from backfill.ops.aggregate import WindowAggregate
 from backfill.session import release
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -137,10 +138,11 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     ordered = ordered.select(*_kept_columns(plan, ordered.columns))
     rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
     # a large input ordered chunk by chunk is stored already (order/tasks.py); the one pass stores its groups
-    if (rekeyed or not stored) and fusable(plan) is None:
+    one = fusable(plan)
+    if (rekeyed or not stored) and one is None:
         ordered = ordered.localCheckpoint(eager=False)
     try:
-        _run_operators(plan, spark, ordered, summary, progress, started, intervals, stored)
+        _run_operators(plan, spark, ordered, summary, progress, started, intervals, stored, one)
     finally:
         for frame in (ordered, *stored):
             release(frame)
@@ -200,11 +202,11 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
                    progress: Progress, started: float, intervals: Intervals | None = None,
-                   stored: list[DataFrame] | None = None) -> None:
+                   stored: list[DataFrame] | None = None, one: WindowAggregate | None = None) -> None:
     """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails).
 
-    `stored`: where the one pass (plan/fused.py) appends the groups it stores, released by the caller."""
-    one = fusable(plan)
+    `one`: the operator when the one pass runs the plan (plan/fused.py), which appends the groups it stores
+    to `stored`, released by the caller."""
     if one is not None:
         progress("checking and aggregating records (one pass)")
         groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan))

@@ -39,3 +39,11 @@ def test_a_jvm_given_a_broken_archive_starts_anyway_and_prints_nothing(tmp_path)
     done = subprocess.run(["java", *options, "-version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert done.stdout == ""  # stdout is the user's terminal (PySpark's JVM inherits it)
+
+
+def test_sessions_do_not_send_python_call_sites_to_the_jvm(spark):
+    """PySpark's DataFrame debugging costs five JVM round trips per API call (docs/stack.md): off by default."""
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
+    assert not is_debugging_enabled()

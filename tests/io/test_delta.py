@@ -167,8 +167,11 @@ def test_tables_written_by_delta_spark_and_delta_rs_read_the_same_in_both(spark:
 def test_vacuum_removes_files_no_version_needs(spark: SparkSession, tmp_path: Path) -> None:
     path = _table(spark, tmp_path / "t", [(1, "a")])
     replace_range(spark, spark.createDataFrame([(1, "b")], SCHEMA), path, column="ts", start=None, end=None)
+    listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"  # vacuum lowers it while it lists
+    before = spark.conf.get(listing)
     assert vacuum(spark, path, retain_hours=0) >= 1
     assert _rows(read_delta(spark, path)) == [(1, "b")]
+    assert spark.conf.get(listing) == before
 
 
 def test_reading_a_small_table_without_spark_leaves_the_interpreter_exiting_cleanly(tmp_path: Path) -> None:

@@ -103,12 +103,11 @@ def changed_reemissions(stream: DataFrame, keys: tuple[str, ...], columns: tuple
             .where(F.col("_values") > 1).select(*keys))
 
 
-def replayed_updates(stream: DataFrame, backfill: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+def replayed_updates(compared: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     """Windows of an `emit: updates` output with more updates than the backfill emitted (one per record it
-    accepted, cache off): records were processed again. key, window_start."""
-    mine = backfill.groupBy(*keys).agg(F.count(F.lit(1)).alias("_mine"))
-    return (stream.groupBy(*keys).agg(F.count(F.lit(1)).alias("_theirs")).join(mine, list(keys))
-            .where(F.col("_theirs") > F.col("_mine")).select(*keys))
+    accepted, cache off): records were processed again. key, window_start. `compared`: the reconciliation
+    (verify/reconcile.py `reconcile`), whose `_rows` and `_lrows` count each side's rows per window."""
+    return compared.where(F.col("_rows") > F.col("_lrows")).select(*keys)
 
 
 def variants(mem: DataFrame, points: dict[int, int | None]) -> DataFrame:
@@ -187,8 +186,9 @@ def closing_offsets(records: DataFrame, wanted: DataFrame, size: int, grace: int
     arrival closed the window (stream time >= end + grace), null when none did."""
     closes = wanted.select("key", "window_start", "partition",
                            (F.col("window_start") + F.lit(size + grace)).alias("_close"))
-    return (records.select("partition", "offset", "st").join(F.broadcast(closes), "partition")
-            .where(F.col("st") >= F.col("_close"))
+    # stream time first reaches `_close` at the partition's first record with ts >= `_close`
+    return (records.select("partition", "offset", "ts").join(F.broadcast(closes), "partition")
+            .where(F.col("ts") >= F.col("_close"))
             .groupBy("key", "window_start").agg(F.min("offset").alias("closed_at")))
 
 
@@ -209,8 +209,11 @@ def incidents(attributed: DataFrame, points: dict[int, int | None], records: Dat
         at = None
         if start is not None:
             first = records.where((F.col("partition") == p) & (F.col("offset") >= start)).agg(
-                F.min_by(F.struct("ts", "st"), "offset").alias("x")).first()
-            at = first["x"] if first is not None else None
+                F.min_by(F.struct("ts", "offset"), "offset").alias("x")).first()
+            if first is not None and first["x"] is not None:  # its stream time: the largest ts up to it
+                st = records.where((F.col("partition") == p) & (F.col("offset") <= first["x"]["offset"])).agg(
+                    F.max("ts").alias("st")).first()
+                at = {"ts": first["x"]["ts"], "st": st["st"] if st is not None else None}
         out.append({
             "task": p, "partition": p, "committed_offset": points[p],
             "restart_offset": start, "restart_offset_from": "--commits" if points[p] is not None else "inferred",

@@ -30,8 +30,8 @@ from backfill.verify import causes as causes_mod
 from backfill.verify import joins, restarts
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import window_checks, window_frame
-from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, category_counts, compare,
-                                       last_per_key, normalise, parse_tolerances, require_columns)
+from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
+                                       require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
                                    read_table)
 
@@ -259,12 +259,10 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     backfill, stream = _in_range(plan, _text_key(backfill)), _in_range(plan, _text_key(stream))
     stream = align(backfill, stream, cmp)
     progress(f"{op.name}: reconciling")
-    left = last_per_key(backfill, cmp.keys, cmp.columns, cmp.left_order)
-    right = normalise(stream, backfill if updates else None, cmp)
-    result = compare(left, right, cmp).persist(StorageLevel.MEMORY_AND_DISK)
+    compared, counts = reconcile(backfill, stream, cmp)
+    result = compared.drop("_lrows", "_maybe")
     ev = None
     try:
-        counts = category_counts(result, cmp)
         notes = _notes(cmp, order, updates)
         ledger = _ledger(spark, plan)
         differs = sum(counts.values()) - counts[MATCH]
@@ -278,7 +276,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                 attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp)) \
                     .persist(StorageLevel.MEMORY_AND_DISK)
             else:
-                restart = _restart_evidence(stream, backfill, ev, cmp, commits, updates, f"{op.name}")
+                restart = _restart_evidence(stream, compared, ev, cmp, commits, updates, f"{op.name}")
                 attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
@@ -294,12 +292,12 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         section.expectations = _stream_suites(stream, op, plan)
         if corrections is not None:
             progress(f"{op.name}: writing corrections to {corrections}")
-            section.corrections = write_corrections(spark, left, attributed, cmp, plan, op.name, corrections)
+            section.corrections = write_corrections(spark, result, attributed, cmp, plan, op.name, corrections)
         if attributed is not None:
             attributed.unpersist()
         return section
     finally:
-        result.unpersist()
+        compared.unpersist()
         if ev is not None:
             causes_mod.release(ev)
 
@@ -307,7 +305,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
 CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore")
 
 
-def write_corrections(spark: SparkSession, left: DataFrame, attributed: DataFrame | None, cmp: Comparison,
+def write_corrections(spark: SparkSession, result: DataFrame, attributed: DataFrame | None, cmp: Comparison,
                       plan: Plan, name: str, path: Path) -> dict[str, Any]:
     """The windows to republish over the stream's serving table, in the operator's sink format: the backfill's
     value where a cause shows the stream's is wrong (`correction`: replace, insert; delete for a window the
@@ -321,7 +319,9 @@ def write_corrections(spark: SparkSession, left: DataFrame, attributed: DataFram
               .when(F.col("category") == cmp.label("extra"), F.lit("delete")))
     wanted = (attributed.where(F.col("cause").isin(*CORRECTABLE)).select(*cmp.keys, "cause", action.alias("correction"))
               if attributed is not None else None)
-    values = left.select(*cmp.keys, *cmp.columns)
+    # the backfill's values, as reconciled (its last row per window)
+    values = result.where(F.col("category") != cmp.label("extra")).select(
+        *cmp.keys, *[F.col(f"l_{c}").alias(c) for c in cmp.columns])
     if wanted is None:
         rows = values.limit(0).withColumn("cause", F.lit(None).cast("string")) \
             .withColumn("correction", F.lit(None).cast("string"))
@@ -337,7 +337,7 @@ def write_corrections(spark: SparkSession, left: DataFrame, attributed: DataFram
     return {"path": str(path), "format": sink.format, "rows": sum(counts.values()), "by_correction": counts}
 
 
-def _restart_evidence(stream: DataFrame, backfill: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
+def _restart_evidence(stream: DataFrame, compared: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
                       commits: restarts.Commits | None, updates: bool, name: str) -> causes_mod.RestartEvidence:
     """The committed offsets of the operator's input topic; else what the stream itself shows: a final window
     emitted again with another value, or a window with more updates than one per record."""
@@ -348,7 +348,7 @@ def _restart_evidence(stream: DataFrame, backfill: DataFrame, ev: causes_mod.Evi
     if not set(cmp.right_order) >= {"partition", "offset"}:
         return causes_mod.RestartEvidence()
     if updates:
-        return causes_mod.RestartEvidence(changed=restarts.replayed_updates(stream, backfill, cmp.keys))
+        return causes_mod.RestartEvidence(changed=restarts.replayed_updates(compared, cmp.keys))
     return causes_mod.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
 
 
@@ -572,16 +572,15 @@ def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], toleranc
                      updates=ordered)
     right = align(left, right, cmp)
     progress("comparing")
-    result = compare(last_per_key(left, keys, columns, cmp.left_order),
-                     normalise(right, left if ordered else None, cmp), cmp).persist(StorageLevel.MEMORY_AND_DISK)
+    compared, counts = reconcile(left, right, cmp)
+    result = compared.drop("_lrows", "_maybe")
     try:
-        counts = category_counts(result, cmp)
         section = Section(name="diff", left=str(old_ref), right=str(new_ref), sides=("old", "new"), keys=keys,
                           columns=columns, counts=counts, samples=_samples(result, None, cmp, None, None),
                           timeline=_timeline(result, 1) if "window_start" in keys else [],
                           notes=[f"compared columns: {', '.join(columns) or '(keys only)'}"])
     finally:
-        result.unpersist()
+        compared.unpersist()
     return Outcome(mode="diff", job=None, sections=[section], report_dir=report_dir, started_at=stamp,
                    duration_s=time.time() - started)
 
@@ -592,20 +591,22 @@ def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], toleranc
 def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, ev: causes_mod.Evidence | None,
              windows: TimeWindows | None) -> list[dict[str, Any]]:
     """A few rows per (category, cause), with the input records behind them when the input is known."""
-    frame = result.where(F.col("category") == MATCH).withColumn("cause", F.lit(None).cast("string")) \
-        .withColumn("detail", F.lit(None).cast("string")).withColumn("records", F.lit(None))
+    # the matches (most rows): the first few by key without ordering them all
+    frame = result.where(F.col("category") == MATCH).orderBy(*cmp.keys).limit(SAMPLES_PER_GROUP) \
+        .withColumn("cause", F.lit(None).cast("string")).withColumn("detail", F.lit(None).cast("string")) \
+        .withColumn("records", F.lit(None))
     if attributed is not None:
         # the offsets that prove a restart cause (verify/restarts.py), null for the other causes
-        attributed = attributed.withColumn("task", F.col("_task"))
+        rest = attributed.withColumn("task", F.col("_task"))
         frame = frame.select("*", *[F.lit(None).cast("long").alias(c) for c in PROOF_COLUMNS],
                              F.lit(None).cast("int").alias("task"))
-        frame = frame.unionByName(attributed.select(*frame.columns), allowMissingColumns=True)
+        rest = rest.select(*[c for c in frame.columns if c in rest.columns])
     else:
         rest = result.where(F.col("category") != MATCH).withColumn("cause", F.lit(None).cast("string")) \
             .withColumn("detail", F.lit(None).cast("string")).withColumn("records", F.lit(None))
-        frame = frame.unionByName(rest)
     group = Window.partitionBy("category", "cause").orderBy(*cmp.keys)
-    picked = frame.withColumn("_n", F.row_number().over(group)).where(F.col("_n") <= SAMPLES_PER_GROUP).drop("_n")
+    picked = rest.withColumn("_n", F.row_number().over(group)).where(F.col("_n") <= SAMPLES_PER_GROUP).drop("_n")
+    picked = frame.unionByName(picked, allowMissingColumns=True)
     rows = [r.asDict(recursive=True) for r in picked.collect()]
     if ev is not None and windows is not None and rows:
         _attach_inputs(rows, ev, windows)

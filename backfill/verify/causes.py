@@ -44,7 +44,7 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.time.extract import extract
 from backfill.verify import restarts
 from backfill.verify.joins import JOIN_CAUSES
-from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
+from backfill.verify.reconcile import BROADCAST_KEYS, MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
@@ -67,7 +67,7 @@ class Evidence:
     """What the attribution looked at (lazy frames, persisted by the caller when reused)."""
 
     raw: DataFrame  # operator input as read (no ordering): partition, offset, key (text), value, ts, ...
-    records: DataFrame  # the same with st (stream time at arrival), cut as the run cut it
+    records: DataFrame  # the same cut as the run cut it; `stream_times` adds st (stream time at arrival) to a few
     partitions: DataFrame  # per partition: first_offset, first_ts, end_st, dense (no offset gap)
     gaps: DataFrame  # per gap: partition, gap_from, gap_to, st_before, ts_after
     late: DataFrame  # ledger late rows of the operator: partition, offset, window_start, stream_time
@@ -94,9 +94,10 @@ RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timesta
 
 def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool = True
                   ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
-    """(records reaching the operator, the same with stream time at arrival as processed, offsets read,
-    the stored frame they are built on). `store`: the input is read several times (causes are attributed),
-    so it is read and parsed once and stored; otherwise each use reads it."""
+    """(records reaching the operator, the same cut as the run cut them, offsets read, the stored frame they
+    are built on). `store`: the input is read several times (causes are attributed), so it is read and parsed
+    once and stored; otherwise each use reads it. Stream times are not derived here: `stream_times` does it for
+    the few records a cause needs, without ordering the whole input."""
     assert op.aggregate is not None
     if op.aggregate.group_by is not None:
         return _repartitioned_input(spark, plan, op)
@@ -115,16 +116,44 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool
         df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(plan.start)))
     reaches = F.col("_r")
     raw = df.where(reaches).select(*RECORD_COLUMNS)
-    order = Window.partitionBy("partition").orderBy("offset")
-    df = (df.withColumn("_pbefore", F.max("ts").over(order.rowsBetween(Window.unboundedPreceding, -1)))
-          # processor-local stream time including this record (4.1 step 3); null keys never move it
-          .withColumn("st", F.max(F.when(reaches, F.col("ts"))).over(
-              order.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
     until = plan.source(source).read_until
-    if until is not None:  # the run's cool-down cut: nothing after a partition's first record past it
-        df = df.where(F.coalesce(F.col("_pbefore"), F.lit(-1)) < F.lit(until))
-    records = df.where(reaches).select(*RECORD_COLUMNS, "st")
+    if until is not None:
+        # the run's cool-down cut: nothing after a partition's first record past it, i.e. every record up to
+        # and including the partition's first record with ts >= until (one aggregation, no ordering)
+        cut = df.where(F.col("ts") >= F.lit(until)).groupBy("partition").agg(F.min("offset").alias("_cut"))
+        df = df.join(F.broadcast(cut), "partition", "left").where(
+            F.col("_cut").isNull() | (F.col("offset") <= F.col("_cut")))
+    records = df.where(reaches).select(*RECORD_COLUMNS)
     return raw, records, offsets, held
+
+
+STAMP_BLOCK = 256  # offsets per block: stream times before a block come from per-block maxima
+
+
+def stream_times(ev: Evidence, rows: DataFrame) -> DataFrame:
+    """`rows` (records of `ev.records`, possibly repeated, e.g. once per window) with `st`: the record's
+    processor-local stream time including itself, the largest timestamp of its partition's records up to its
+    offset (4.1 step 3; null keys and dropped records never move it).
+
+    Ordering the whole input by offset for a few records' stream times is most of the cost of attributing
+    causes; instead one aggregation gives each block of STAMP_BLOCK offsets its largest timestamp, and only
+    the blocks that hold `rows` are ordered. A re-keyed operator's records carry their st already."""
+    if "st" in rows.columns:
+        return rows
+    block = F.floor(F.col("offset") / F.lit(STAMP_BLOCK)).cast("long").alias("_b")
+    stamps = ev.records.select("partition", "offset", "ts", block)
+    before = (stamps.groupBy("partition", "_b").agg(F.max("ts").alias("_bmax"))
+              .withColumn("_before", F.max("_bmax").over(Window.partitionBy("partition").orderBy("_b")
+                                                         .rowsBetween(Window.unboundedPreceding, -1)))
+              .drop("_bmax"))
+    wanted = rows.select("partition", block).distinct()
+    upto = Window.partitionBy("partition", "_b").orderBy("offset").rangeBetween(Window.unboundedPreceding, 0)
+    within = (stamps.join(F.broadcast(wanted), ["partition", "_b"], "left_semi")
+              .withColumn("_within", F.max("ts").over(upto))
+              .groupBy("partition", "offset").agg(F.max("_within").alias("_within")))  # one row per offset
+    return (rows.withColumn("_b", block).join(within, ["partition", "offset"], "left")
+            .join(before, ["partition", "_b"], "left")
+            .withColumn("st", F.greatest("_before", "_within")).drop("_b", "_before", "_within"))
 
 
 def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
@@ -149,14 +178,13 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
     end of the data is then the one the run recorded, not derived again.
     """
     raw, records, offsets, held = input_records(spark, plan, op, store)
-    records = records.persist(StorageLevel.MEMORY_AND_DISK)
     recorded = ((run or {}).get("counts", {}).get("operators", {}).get(op.name) or {}).get("final_stream_time")
     if recorded:
         end_st = spark.createDataFrame([(int(task), int(st)) for task, st in recorded.items()],
                                        "partition int, end_st long")
         origin = f"recorded by run {run['run_id']}" if run else ""
     else:
-        end_st = records.groupBy("partition").agg(F.max("st").alias("end_st"))
+        end_st = records.groupBy("partition").agg(F.max("ts").alias("end_st"))  # the last record's st
         origin = "re-derived from the input"
     partitions = (offsets.groupBy("partition").agg(
         F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"),
@@ -201,12 +229,19 @@ def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit:
     return ranked.where(F.col("_n") <= limit).drop("_n")
 
 
-def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame) -> DataFrame:
-    """Input records of the `wanted` (key, window_start) windows, `accepted` or `late` per the ledger."""
-    keys = wanted.select("key").distinct()
-    exploded = (ev.records.join(keys, "key", "left_semi")
-                .select("*", F.explode(windows.starts("ts")).alias("window_start"))
-                .join(wanted.select("key", "window_start"), ["key", "window_start"], "inner"))
+def few(df: DataFrame, n: int) -> DataFrame:
+    """`df` marked for broadcast when it has at most BROADCAST_KEYS rows (`n`: a bound on them): the input
+    is then filtered by it where it is read, not shuffled to meet it."""
+    return F.broadcast(df) if n <= BROADCAST_KEYS else df
+
+
+def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, n: int) -> DataFrame:
+    """Input records of the `wanted` (key, window_start) windows (at most `n`), `accepted` or `late` per the
+    ledger."""
+    keys = few(wanted.select("key").distinct(), n)
+    exploded = stream_times(ev, ev.records.join(keys, "key", "left_semi")
+                            .select("*", F.explode(windows.starts("ts")).alias("window_start"))
+                            .join(few(wanted.select("key", "window_start"), n), ["key", "window_start"], "inner"))
     if ev.ledger_read:
         late = ev.late.select("partition", "offset", "window_start", F.lit(True).alias("_late"))
         flagged = exploded.join(late, ["partition", "offset", "window_start"], "left")
@@ -317,13 +352,14 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
                 .withColumn("_in_backfill", F.col("category") != cmp.label("extra"))
                 .persist(StorageLevel.MEMORY_AND_DISK))
     try:
-        mem = members(ev, windows, nonmatch.where(F.col("category") != cmp.label("duplicate"))) \
+        n = nonmatch.count()
+        mem = members(ev, windows, nonmatch.where(F.col("category") != cmp.label("duplicate")), n) \
             .persist(StorageLevel.MEMORY_AND_DISK)
         best = late_variants(mem, nonmatch, aggs, cmp, windows).localCheckpoint()  # one row per window, read thrice
         shown = variant_records(mem, best)
         ties = mem.where(F.col("status") == "accepted").groupBy("key", "window_start").agg(
             (F.count("ts") > F.countDistinct("ts")).alias("_ties"))
-        key_parts = ev.records.join(nonmatch.select("key").distinct(), "key", "left_semi") \
+        key_parts = ev.records.join(few(nonmatch.select("key").distinct(), n), "key", "left_semi") \
             .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
         # the non-matching rows are few: stored once computed, later steps do not compute the variants again
         out = (nonmatch.join(best, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left")
@@ -341,8 +377,7 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
         mem.unpersist()
         return attributed, found
     finally:
-        for frame in (nonmatch, ev.records):
-            frame.unpersist()
+        nonmatch.unpersist()
 
 
 def _restart_points(ev: Evidence, restart: RestartEvidence | None) -> dict[int, int | None]:
@@ -353,8 +388,8 @@ def _restart_points(ev: Evidence, restart: RestartEvidence | None) -> dict[int, 
         return {int(p): int(o) for p, o in restart.commits.items()}
     if restart.changed is None:
         return {}
-    keys = restart.changed.select("key").distinct()
-    return {r["partition"]: None for r in ev.records.join(keys, "key", "left_semi")
+    keys = restart.changed.select("key").distinct().localCheckpoint()
+    return {r["partition"]: None for r in ev.records.join(few(keys, keys.count()), "key", "left_semi")
             .select("partition").distinct().collect()}
 
 
@@ -519,7 +554,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     gap = int(w.gap or 0) if session else 0
     nonmatch = result.where(F.col("category") != MATCH)
     dup, missing, extra = cmp.label("duplicate"), cmp.label("missing"), cmp.label("extra")
-    parts = ev.records.join(nonmatch.select("key").distinct(), "key", "left_semi").groupBy("key").agg(
+    keys = nonmatch.select("key").distinct().localCheckpoint()
+    parts = ev.records.join(few(keys, keys.count()), "key", "left_semi").groupBy("key").agg(
         F.collect_set("partition").alias("_parts"))
     out = nonmatch.join(parts, "key", "left").withColumn(
         "_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]).cast("int"))

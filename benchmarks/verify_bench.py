@@ -104,6 +104,7 @@ sinks:
               "make_stream_s": round(stream_s, 1), "verify_s": round(verify_s, 1),
               "verify_sections_s": [round(s.seconds, 1) for s in outcome.sections], "verdict": outcome.verdict,
               "counts": outcome.counts, "causes": outcome.causes, "loadavg": os.getloadavg(),
+              "engine": ab.engine_fingerprint(),
               "command": "python benchmarks/verify_bench.py --records %d" % args.records}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

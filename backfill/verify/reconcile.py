@@ -128,12 +128,11 @@ def value_hash(columns: tuple[str, ...]) -> Column:
     return F.xxhash64(*[F.col(c) for c in columns]) if columns else F.lit(0)
 
 
-def exact_repeats(right: DataFrame, left: DataFrame | None, cmp: Comparison, candidates: DataFrame) -> DataFrame:
-    """Per key of `candidates` (the only keys that may repeat) with repeats: `_copies`, rows of `right` that
-    repeat an identical value more often than `left` has it (`left` None: more than once)."""
+def exact_repeats(right: DataFrame, left: DataFrame | None, cmp: Comparison, candidates: DataFrame,
+                  n: int) -> DataFrame:
+    """Per key of `candidates` (`n` keys, the only ones that may repeat) with repeats: `_copies`, rows of `right`
+    that repeat an identical value more often than `left` has it (`left` None: more than once)."""
     keys = list(cmp.keys)
-    candidates = candidates.localCheckpoint()
-    n = candidates.count()
     if n <= BROADCAST_KEYS:  # few keys (the usual case): both sides are scanned for them only
         candidates = F.broadcast(candidates)
     counts = right.join(candidates, keys, "left_semi").groupBy(*keys, value_hash(cmp.columns).alias("_h")).agg(
@@ -146,8 +145,7 @@ def exact_repeats(right: DataFrame, left: DataFrame | None, cmp: Comparison, can
     else:
         allowed = F.lit(1)
     excess = F.greatest(F.col("_n") - allowed, F.lit(0))
-    found = counts.groupBy(*keys).agg(F.sum(excess).cast("long").alias("_copies")).where(
-        F.col("_copies") > 0).localCheckpoint()
+    found = counts.groupBy(*keys).agg(F.sum(excess).cast("long").alias("_copies")).where(F.col("_copies") > 0)
     return F.broadcast(found) if n <= BROADCAST_KEYS else found
 
 
@@ -211,11 +209,12 @@ def reconcile(left: DataFrame, right: DataFrame, cmp: Comparison) -> tuple[DataF
              .fillna(0, ["_rows", "_extra"])
              .drop("_in_left", "_in_right")).persist(StorageLevel.MEMORY_AND_DISK)
     tally = first.groupBy("category", "_maybe").count().collect()  # stores the comparison
-    if not any(r["_maybe"] for r in tally):  # nothing can repeat (the usual case): done
+    n = sum(r["count"] for r in tally if r["_maybe"])
+    if not n:  # nothing can repeat (the usual case): done
         return first, _counts(tally, cmp)
     # the exact repeats of the few keys that can hold one; a match with rows too many is a duplicate
     try:
-        repeats = exact_repeats(right, left if updates else None, cmp, first.where("_maybe").select(*cmp.keys))
+        repeats = exact_repeats(right, left if updates else None, cmp, first.where("_maybe").select(*cmp.keys), n)
         found = first.join(repeats.withColumnRenamed("_copies", "_found"), list(cmp.keys), "left") \
             .withColumn("_copies", F.coalesce(F.col("_found"), F.lit(0)).cast("long")).drop("_found")
         if updates:

@@ -24,7 +24,7 @@ from backfill.errors import SpecError
 
 MATCH, MISMATCH = "match", "mismatch"
 CATEGORY_KINDS = ("match", "mismatch", "missing", "extra", "duplicate")
-BROADCAST_KEYS = 200_000  # keys with repeats up to which both sides are filtered by a broadcast of them
+BROADCAST_KEYS = 200_000  # keys up to which a side is filtered by a broadcast of them, not shuffled to meet them
 _TOLERANCE = re.compile(r"^(abs|rel):([0-9eE.+-]+)$")
 
 
@@ -103,7 +103,7 @@ _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 def _position(df: DataFrame, order: tuple[str, ...]) -> Column | None:
     """`order` as one long ordered the same way, when it is one integral column, or two (partition, offset)
-    whose ranges fit in 63 bits together ((partition - min) shifted left past (offset - min); one scan of
+    whose ranges fit in 62 bits together ((partition - min) shifted left past (offset - min); one scan of
     the two columns finds the ranges). None otherwise: the caller orders by a struct."""
     if not order or not all(isinstance(df.schema[c].dataType, _INTEGRAL) for c in order):
         return None
@@ -215,8 +215,7 @@ def reconcile(left: DataFrame, right: DataFrame, cmp: Comparison) -> tuple[DataF
     # the exact repeats of the few keys that can hold one; a match with rows too many is a duplicate
     try:
         repeats = exact_repeats(right, left if updates else None, cmp, first.where("_maybe").select(*cmp.keys), n)
-        found = first.join(repeats.withColumnRenamed("_copies", "_found"), list(cmp.keys), "left") \
-            .withColumn("_copies", F.coalesce(F.col("_found"), F.lit(0)).cast("long")).drop("_found")
+        found = first.drop("_copies").join(repeats, list(cmp.keys), "left").fillna(0, ["_copies"])
         if updates:
             found = found.withColumn("_extra", F.col("_copies"))
         found = found.withColumn("category", F.when((F.col("category") == MATCH) & (F.col("_extra") > 0), F.lit(

@@ -235,6 +235,12 @@ def few(df: DataFrame, n: int) -> DataFrame:
     return F.broadcast(df) if n <= BROADCAST_KEYS else df
 
 
+def distinct_keys(df: DataFrame) -> DataFrame:
+    """The distinct keys of `df`, stored (they are few, and read again), marked for broadcast when few."""
+    keys = df.select("key").distinct().localCheckpoint()
+    return few(keys, keys.count())
+
+
 def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, n: int) -> DataFrame:
     """Input records of the `wanted` (key, window_start) windows (at most `n`), `accepted` or `late` per the
     ledger."""
@@ -388,8 +394,7 @@ def _restart_points(ev: Evidence, restart: RestartEvidence | None) -> dict[int, 
         return {int(p): int(o) for p, o in restart.commits.items()}
     if restart.changed is None:
         return {}
-    keys = restart.changed.select("key").distinct().localCheckpoint()
-    return {r["partition"]: None for r in ev.records.join(few(keys, keys.count()), "key", "left_semi")
+    return {r["partition"]: None for r in ev.records.join(distinct_keys(restart.changed), "key", "left_semi")
             .select("partition").distinct().collect()}
 
 
@@ -554,8 +559,7 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     gap = int(w.gap or 0) if session else 0
     nonmatch = result.where(F.col("category") != MATCH)
     dup, missing, extra = cmp.label("duplicate"), cmp.label("missing"), cmp.label("extra")
-    keys = nonmatch.select("key").distinct().localCheckpoint()
-    parts = ev.records.join(few(keys, keys.count()), "key", "left_semi").groupBy("key").agg(
+    parts = ev.records.join(distinct_keys(nonmatch), "key", "left_semi").groupBy("key").agg(
         F.collect_set("partition").alias("_parts"))
     out = nonmatch.join(parts, "key", "left").withColumn(
         "_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]).cast("int"))

@@ -7,10 +7,10 @@ import shlex
 import string
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -18,6 +18,8 @@ from backfill.errors import SpecError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+T = TypeVar("T")
 
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
 # jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
@@ -209,3 +211,30 @@ def release(checkpointed: DataFrame) -> None:
     plan = checkpointed._jdf.queryExecution().analyzed()
     if plan.getClass().getSimpleName() == "LogicalRDD":
         plan.rdd().unpersist(False)
+
+
+def together(calls: list[Callable[[], T]], undo: Callable[[T], None] | None = None, workers: int = 4) -> list[T]:
+    """Run independent Spark actions (a sink's write, a table's commit) from threads; results in order.
+
+    Small outputs spend their time on the driver, in Spark's planning and Delta's log work, one job after
+    the other; run side by side they overlap that latency. Every call runs to its end; the first failure,
+    in the calls' order, is raised after all have ended (nothing is left running behind an error), and
+    `undo` is then given each result of the calls that succeeded.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import inheritable_thread_target
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    # each thread gets the caller's local properties (job group, description), as PySpark asks of thread pools
+    inherit = inheritable_thread_target(active) if active is not None else (lambda call: call)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(calls))), thread_name_prefix="backfill") as pool:
+        futures = [pool.submit(inherit(call)) for call in calls]
+    failed = next((f.exception() for f in futures if f.exception() is not None), None)
+    if failed is None:
+        return [f.result() for f in futures]
+    for f in futures:
+        if undo is not None and f.exception() is None:
+            undo(f.result())
+    raise failed

@@ -115,6 +115,8 @@ def test_failed_expectations_exit_1_and_publish_nothing(tmp_path, spark, monkeyp
     result = CliRunner().invoke(app, ["run", str(_job(tmp_path))])
     assert result.exit_code == 1 and "expectations failed" in result.stderr
     assert not (tmp_path / "out" / "agg.jsonl").exists()
+    # the ledger, staged beside the failing output, is not committed and its staging is removed
+    assert not (tmp_path / "out" / "ledger.jsonl").exists() and not list((tmp_path / "out").glob("*.staging-*"))
 
 
 @pytest.mark.spark

@@ -1,7 +1,12 @@
-"""The driver JVM's options: the class archive is used when it matches, and a bad one never stops a start."""
+"""The driver JVM's options (the class archive is used when it matches, and a bad one never stops a start), and
+Spark actions run side by side."""
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
+
+import pytest
 
 from backfill import session
 
@@ -47,3 +52,24 @@ def test_sessions_do_not_send_python_call_sites_to_the_jvm(spark):
 
     assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
     assert not is_debugging_enabled()
+
+
+def test_side_by_side_calls_keep_their_order_and_a_failure_waits_for_the_others():
+    assert session.together([lambda: (time.sleep(0.2), "slow")[1], lambda: "quick"]) == ["slow", "quick"]
+    assert session.together([]) == []
+    ended, undone = [], []
+    both = threading.Barrier(2, timeout=5)  # the two calls really run at once
+
+    def fails() -> str:
+        both.wait()
+        raise ValueError("audit failed")
+
+    def succeeds() -> str:
+        both.wait()
+        time.sleep(0.3)
+        ended.append("staged")
+        return "staged"
+
+    with pytest.raises(ValueError, match="audit failed"):
+        session.together([succeeds, fails], undo=undone.append)
+    assert ended == ["staged"] and undone == ["staged"]  # the other call ran to its end, then was undone

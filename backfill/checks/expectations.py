@@ -62,6 +62,12 @@ def validate(df: DataFrame | Any, name: str, target: str, checks: list[Check], *
              docs_dir: Path | None = None) -> SuiteResult:
     """Run one suite on a Spark DataFrame, or a pandas one for small tables computed on the driver
     (no Spark job per expectation); with docs_dir, also build GX Data Docs there."""
+    with _VALIDATE_LOCK:  # sinks are staged side by side; GX's context is process-wide, one suite at a time
+        return _validate_alone(df, name, target, checks, result_format=result_format, docs_dir=docs_dir)
+
+
+def _validate_alone(df: DataFrame | Any, name: str, target: str, checks: list[Check], *, result_format: str,
+                    docs_dir: Path | None = None) -> SuiteResult:
     gx, gxe = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -110,6 +116,7 @@ def _describe(result: Any, check: Check) -> dict[str, Any]:
 
 
 _IMPORT_LOCK = threading.Lock()
+_VALIDATE_LOCK = threading.RLock()
 
 
 def _gx() -> tuple[Any, Any]:

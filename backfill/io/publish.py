@@ -2,7 +2,7 @@
 
 1. every sink's new content is staged and audited (nothing visible changes);
 2. a journal (`<runs table>.pending/<run>.json`) records what is staged and the manifest to append;
-3. each sink is committed (one Delta commit, or one atomic swap);
+3. each sink is committed (one Delta commit, or one atomic swap; the sinks side by side);
 4. the run manifest is appended to the runs table, naming the version of every sink: it is what
    tells a reader which versions belong together;
 5. the journal is removed.
@@ -12,9 +12,11 @@ appended once), so the sinks end at the new versions together, named by one mani
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pyspark.sql import SparkSession
 from backfill.errors import BackfillError, PublishError
 from backfill.io.runs import append_run, has_run
 from backfill.io.sinks import Staged, commit_staged, recover
+from backfill.session import together
 
 FAULT_POINTS = ("before_commit", "between_commits", "before_manifest")
 
@@ -63,12 +66,23 @@ def _complete(spark: SparkSession, runs: str, journal: Path,
               progress: Callable[[str], None] = lambda _: None) -> dict[str, dict[str, Any]]:
     data = json.loads(journal.read_text())
     manifest = data["manifest"]
-    results: dict[str, dict[str, Any]] = {}
-    for i, item in enumerate(data["staged"]):
-        staged = Staged(**item)
-        fault("between_commits" if i else "before_commit")
+    sinks = [Staged(**item) for item in data["staged"]]
+    done: list[str] = []
+    lock = threading.Lock()
+
+    def commit(staged: Staged) -> dict[str, Any]:
         progress(f"committing {staged.name}")
-        results[staged.name] = commit_staged(spark, staged)
+        result = commit_staged(spark, staged)
+        with lock:
+            done.append(staged.name)
+            if len(done) == 1 and len(sinks) > 1:
+                fault("between_commits")  # one sink committed, the others in flight or not begun
+        return result
+
+    fault("before_commit")
+    # the sinks are independent tables, each commit idempotent: side by side (a kill at any moment leaves
+    # some committed, and the journal commits the rest)
+    results = dict(zip([s.name for s in sinks], together([functools.partial(commit, s) for s in sinks])))
     fault("before_manifest")
     manifest["sinks"] = results
     try:

@@ -111,6 +111,11 @@ def commit_staged(spark: SparkSession, staged: Staged) -> dict[str, Any]:
     return out
 
 
+def discard(staged: Staged) -> None:
+    """Remove a staged sink that will not be committed (another sink of the run failed its audit)."""
+    shutil.rmtree(_staging_root(staged.folder), ignore_errors=True)
+
+
 def _staging_root(folder: str) -> str:
     """The `<sink>.staging-<id>` folder a staged folder lives in."""
     head, tail = os.path.split(folder.rstrip("/"))

@@ -27,7 +27,7 @@ from backfill.checks.conservation import check_conservation, conservation_rows
 from backfill.checks.expectations import PublishChecks, warm_up
 from backfill.errors import NotImplementedYet, SourceError, SpecError
 from backfill.io.publish import complete_pending, publish
-from backfill.io.sinks import Staged, stage_output
+from backfill.io.sinks import Staged, discard, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
@@ -39,7 +39,7 @@ from backfill.plan import fused
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
 from backfill.ops.aggregate import WindowAggregate
-from backfill.session import release
+from backfill.session import release, together
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
 
@@ -575,29 +575,34 @@ def _stage(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], 
     # great-expectations suites on what is about to be committed (checks/expectations.py); failing blocks it
     checks = PublishChecks(spark, summary.expectations)
     checks.conservation(conservation_rows(late_rows, summary.operators))
-    staged = []
-    for op in plan.operators:
+
+    def output(op: Operator) -> Staged | None:
         counts = summary.operators[op.name]
         out = results[op.name].publishable(lambda column: _in_range(plan, column))
+        staged = None
         if op.sink is None:
             counts.outputs = out.output.count()
             if out.before_commit is not None:  # the same refusal as with a sink: the counts would be wrong too
                 out.before_commit(out.output)
         else:
             sink = plan.job.spec.sinks[op.name]
-            staged.append(stage_output(spark, out.output, sink.format, op.sink, name=op.name,
-                                       column=op.range_column, start=plan.start, end=plan.end,
-                                       metadata=_commit_metadata(plan, summary, op.name),
-                                       audit=_both(out.before_commit, checks.for_output(op))))
-            counts.outputs = staged[-1].rows
+            staged = stage_output(spark, out.output, sink.format, op.sink, name=op.name, column=op.range_column,
+                                  start=plan.start, end=plan.end, metadata=_commit_metadata(plan, summary, op.name),
+                                  audit=_both(out.before_commit, checks.for_output(op)))
+            counts.outputs = staged.rows
         if out.incomplete is not None:
             counts.incomplete_windows = out.incomplete()
-    if plan.ledger_sink:
+        return staged
+
+    def ledger_sink() -> Staged:
         sink = plan.job.spec.sinks["_ledger"]
-        staged.append(stage_output(spark, ledger.where(_in_range(plan, "range_time")), sink.format, plan.ledger_sink,
-                                   name="_ledger", column="range_time", start=plan.start, end=plan.end,
-                                   metadata=_commit_metadata(plan, summary, "_ledger")))
-    return staged
+        return stage_output(spark, ledger.where(_in_range(plan, "range_time")), sink.format, plan.ledger_sink,
+                            name="_ledger", column="range_time", start=plan.start, end=plan.end,
+                            metadata=_commit_metadata(plan, summary, "_ledger"))
+
+    # every sink is written side by side; when one fails its audit, the others' staging is removed too
+    calls = [functools.partial(output, op) for op in plan.operators] + ([ledger_sink] if plan.ledger_sink else [])
+    return [s for s in together(calls, undo=lambda s: s is not None and discard(s)) if s is not None]
 
 
 def _both(first: Callable[[DataFrame], None] | None, then: Callable[[DataFrame], None] | None

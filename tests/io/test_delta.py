@@ -90,10 +90,17 @@ def test_replace_on_empty_location_creates_the_table(spark: SparkSession, tmp_pa
 
 def test_rows_outside_the_range_are_refused_and_the_table_is_unchanged(spark: SparkSession, tmp_path: Path) -> None:
     path = _table(spark, tmp_path / "t", [(1, "a")])
-    with pytest.raises(PublishError, match="outside"):
-        replace_range(spark, spark.createDataFrame([(50, "x")], SCHEMA), path, column="ts", start=0, end=10)
+    with pytest.raises(PublishError, match=r"outside \[0, 10\) \((50, -3|-3, 50)\)"):
+        replace_range(spark, spark.createDataFrame([(5, "a"), (50, "x"), (-3, "y")], SCHEMA), path, column="ts",
+                      start=0, end=10)
     assert table_version(path) == 0 and _rows(read_delta(spark, path)) == [(1, "a")]
     assert not list(tmp_path.glob("t.staging-*"))
+
+
+def test_an_empty_run_empties_its_range_and_counts_zero_rows(spark: SparkSession, tmp_path: Path) -> None:
+    path = _table(spark, tmp_path / "t", [(1, "a"), (20, "b")])
+    result = replace_range(spark, spark.createDataFrame([], SCHEMA), path, column="ts", start=0, end=10)
+    assert result.rows_written == 0 and table_version(path) == 1 and _rows(read_delta(spark, path)) == [(20, "b")]
 
 
 def test_a_failing_audit_or_before_commit_leaves_the_table_unchanged(spark: SparkSession, tmp_path: Path) -> None:

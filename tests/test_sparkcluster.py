@@ -7,7 +7,6 @@ from pathlib import Path
 import psutil
 import pytest
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from backfill.session import get_spark

@@ -16,9 +16,29 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 # heap is for 10M-record runs; with two workers, a broker and Kafka Streams beside them, 8g each ran the
 # 24 GiB machine out of memory
 os.environ.setdefault("BACKFILL_SPARK_CONF", "spark.driver.memory=3g")
+# the suite starts dozens of Spark drivers (its workers, and every `backfill` process a test runs): each maps
+# the driver's class archive instead of loading Spark's classes one by one (docs/stack.md; the whole suite
+# took 28:28 with it, 33:56 without, back to back). BACKFILL_CLASS_ARCHIVE= (empty) turns it off.
+os.environ.setdefault("BACKFILL_CLASS_ARCHIVE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Write the class archive once, before any driver starts (about a minute; later runs find it)."""
+    if hasattr(config, "workerinput") or not os.environ.get("BACKFILL_CLASS_ARCHIVE"):
+        return  # a worker: the controller has written it
+    from backfill.session import class_archive
+
+    archive = class_archive()
+    if archive is None or archive.is_file():
+        return
+    import subprocess
+
+    # its output would vanish into pytest's capture: a failure only means drivers start without the archive
+    subprocess.run([sys.executable, str(REPO / "scripts" / "class_archive.py")], capture_output=True, timeout=600,
+                   check=False)
 
 
 @pytest.fixture

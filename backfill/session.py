@@ -17,7 +17,7 @@ import yaml
 from backfill.errors import SpecError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame, Observation
 
 T = TypeVar("T")
 
@@ -238,3 +238,12 @@ def together(calls: list[Callable[[], T]], undo: Callable[[T], None] | None = No
         if undo is not None and f.exception() is None:
             undo(f.result())
     raise failed
+
+
+def observed(seen: Observation, frame: DataFrame, columns: list[Column]) -> dict[str, Any]:
+    """An Observation's values, or, when Spark observed nothing (it skips the pass over an empty plan), the
+    same aggregations over `frame` in one job."""
+    try:
+        return seen.get
+    except Exception:  # noqa: BLE001 - py4j's error: the observation's row was never filled
+        return frame.agg(*columns).first().asDict()  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 
 from backfill.errors import PublishError, SourceError
 from backfill.ranges import in_range
+from backfill.session import observed
 
 STAGING = ".staging-"
 
@@ -140,10 +141,7 @@ def stage_rows(spark: SparkSession, df: DataFrame, path: str, staging: str, *, c
     seen = Observation()
     df.observe(seen, *counts).write.mode("error").parquet(staging)
     staged = spark.read.schema(df.schema).parquet(staging)
-    try:
-        counted = seen.get
-    except Exception:  # noqa: BLE001 - py4j's error: Spark observed nothing (it skips an empty plan's pass)
-        counted = staged.agg(*counts).first().asDict()  # type: ignore[union-attr]
+    counted = observed(seen, staged, counts)
     if counted["outside"]:
         shown = ", ".join(str(r[0]) for r in staged.where(outside).select(column).limit(3).collect())
         raise PublishError(f"{path}: the run produced rows with {column} outside [{start}, {end}) ({shown}); "

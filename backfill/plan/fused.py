@@ -31,6 +31,7 @@ from backfill.errors import BackfillError
 from backfill.ledger import UNREADABLE
 from backfill.ops.aggregate import LATE_PAIR, RECORD, WINDOW, WindowAggregate, repeated
 from backfill.ops.base import OperatorCounts, OperatorResult
+from backfill.session import observed
 from backfill.time.extract import INVALID
 
 if TYPE_CHECKING:
@@ -60,10 +61,7 @@ class Counted:
 
     def get(self) -> dict[str, Any]:
         """The counts; when Spark observed nothing (it skips the pass over an empty input), one aggregation."""
-        try:
-            return self.seen.get
-        except Exception:  # noqa: BLE001 - py4j's error: the observation's row was never filled
-            return self.ordered.agg(*self.columns).first().asDict()  # type: ignore[union-attr]
+        return observed(self.seen, self.ordered, self.columns)
 
 
 def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: list[Column]

@@ -57,16 +57,22 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
         queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
     # partition time so far (this record included) and before it; unordered ts (null) are ignored by max
     so_far = queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    df = df.withColumn("_partition_time", F.max("ts").over(so_far))
-    df = df.withColumn("_partition_time_before", F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1)))
     order = queue if single_queue and not given_order else task_window(given_order)
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     if given_order:  # the recorded order itself, across tasks (a rules operator's arrival axis)
         df = df.withColumn("_recorded_seq", F.col("seq"))
+    times = {"_partition_time": F.max("ts").over(so_far),
+             "_partition_time_before": F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1))}
     # seq counts the records the task processes (dropped ones are never polled), this one included
-    df = df.withColumn("seq", F.count(F.when(F.col("_drop").isNull(), 1)).over(running).cast("long"))
-    for name, reaches in stream_times.items():
-        df = df.withColumn(name, F.max(F.when(reaches, F.col("ts"))).over(running))
+    running_values = {"seq": F.count(F.when(F.col("_drop").isNull(), 1)).over(running).cast("long"),
+                      **{name: F.max(F.when(reaches, F.col("ts"))).over(running)
+                         for name, reaches in stream_times.items()}}
+    # the window columns of one order in one select: Spark computes them in one pass over the sorted task (a
+    # column added on its own, over a column computed for it, is a second pass that buffers the task again).
+    # Several queues are merged by partition time: it is computed first
+    steps = [{**times, **running_values}] if order is queue else [times, running_values]
+    for added in steps:
+        df = df.select(*[c for c in df.columns if c not in added], *[v.alias(k) for k, v in added.items()])
     return df
 
 

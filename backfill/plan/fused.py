@@ -10,9 +10,6 @@ pass, the ledger candidates and the operator. Here the ordered records flow once
   are (`_g`): RECORD, one per record that may give a ledger row of its own (dropped by its source, null key);
   WINDOW, one per accepted (record, window); LATE, one per refused (record, window);
 - one aggregation: WINDOW rows grouped by (key, window start) are the output, the others are ledger rows.
-  A hopping window of size a multiple of its advance is aggregated by pane (`WindowAggregate.panes`): a
-  record's accepted windows are ONE row, grouped by (key, pane, late windows), and the panes' partial
-  aggregates are merged into their windows by a second aggregation over the (far fewer) pane groups.
 
 The group columns of a row are null except those of its kind, and the kind is part of the group, so a group
 only ever holds rows of one kind: a window group aggregates its records, a ledger group copies of one record
@@ -79,23 +76,18 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     counted = Counted(Observation(), ordered, columns)
     ordered = ordered.observe(counted.seen, *columns)
     record_row = F.col("_drop").isNotNull() | F.col("key").isNull()
-    panes = op.panes()
-    rows = op.fused_rows(ordered, live, record_row, panes is not None)
+    rows = op.fused_rows(ordered, live, record_row)
     kind = F.col("_g")
     # a ledger row's record, one column: a window row's group has one null there instead of a dozen
     fields = list(dict.fromkeys(c for c in (*_LEDGER, op.stream_time, *_RECORD_ONLY) if c in rows.columns))
     groups = {"_group_key": F.when(kind == WINDOW, F.col("key")),
               "_group_window_start": F.when(kind.isin(WINDOW, LATE_PAIR), F.col("_mark")),
               "_group_record": F.when(kind.isin(RECORD, LATE_PAIR), F.struct(*fields))}
-    if panes is not None:  # a pane's records of a key with as many late windows (the window start is the pane's)
-        groups["_group_late"] = F.col("_late")
     keyed = rows.select(
         *[c for c in rows.columns if c != "value"],
         F.when(kind == WINDOW, F.col("value")).alias("value"),  # the output aggregations read only the value
         *[value.alias(name) for name, value in groups.items()])
-    out = keyed.groupBy("_g", *groups).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations(panes))
-    if panes is not None:
-        out = panes.merge(out, ["_g", *groups])
+    out = keyed.groupBy("_g", *groups).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations())
     record = F.col("_group_record")
     named = {"key": F.coalesce(F.col("_group_key"), record["key"]), "window_start": F.col("_group_window_start"),
              **{c: record[c] for c in fields if c != "key"}}

@@ -94,6 +94,8 @@ def test_failing_expectations_block_the_delta_commit(tmp_path: Path, spark: Any)
 def test_duplicated_groups_are_exact_whatever_their_hashes(spark: Any) -> None:
     """The uniqueness check groups by a hash first: a repeated group is found with its count, nulls group as
     Spark groups them, and two groups of one hash ((null, 5) and (5, null) hash alike) are not duplicates."""
+    from pyspark.sql import functions as F
+
     from backfill.checks.expectations import duplicated_groups
 
     rows = [("a", 1), ("a", 1), ("a", 1), ("b", 1), (None, 5), ("5", None), (None, None), (None, None), ("c", 2)]
@@ -101,8 +103,6 @@ def test_duplicated_groups_are_exact_whatever_their_hashes(spark: Any) -> None:
     found = {(r["key"], r["window_start"]): r["count"]
              for r in duplicated_groups(df, ("key", "window_start")).collect()}
     assert found == {("a", 1): 3, (None, None): 2}
-    from pyspark.sql import functions as F
-
     longs = spark.createDataFrame([(None, 5), (5, None), (1, 1)], "a long, b long")
     assert longs.select(F.xxhash64("a", "b")).distinct().count() == 2  # the first two collide
     assert duplicated_groups(longs, ("a", "b")).count() == 0

@@ -59,6 +59,9 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "partition time: max ts of its partition so far, this record included"),
     RecordColumn("_partition_time_before", "bigint", "order/tasks", "plan/evaluator (cool-down cut)",
                  "partition time before this record"),
+    RecordColumn("_chunk", "bigint", "order/tasks (a large input, ordered chunk by chunk)",
+                 "plan/fused (panes are grouped in their chunk, then in their task)",
+                 "the chunk of offsets of its task the record was ordered in"),
 )
 
 # one per operator: `_stream_time_<index>`, the running max of ts over the records that advance it;

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tests.golden.harness import aggregate_job, run_job
@@ -34,6 +34,7 @@ WINDOWS = [
     "{type: tumbling, size: 10ms, grace: 0ms}", "{type: tumbling, size: 10ms, grace: 5ms}",
     "{type: hopping, size: 10ms, advance: 5ms, grace: 0ms}", "{type: hopping, size: 10ms, advance: 5ms, grace: 7ms}",
     "{type: hopping, size: 12ms, advance: 5ms, grace: 3ms}", "{type: hopping, size: 6ms, advance: 5ms, grace: 1ms}",
+    "{type: hopping, size: 15ms, advance: 5ms, grace: 2ms}",
 ]
 POLICIES = ("skip", "partition_time")
 SEEDS = st.integers(0, 2**32 - 1)
@@ -174,16 +175,23 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
 def test_one_pass_equals_reference(tmp_path_factory, spark):
     """A job whose only operator takes the one pass (emit final, aggregations of the value only:
     plan/fused.py): its output, open windows and ledger equal the reference engine's, whole and ranged, with
-    duplicated records (the same partition and offset twice) among the random ones."""
+    duplicated records (the same partition and offset twice) among the random ones. A hopping window whose
+    size is a multiple of its advance is aggregated by pane, the others by window. One of the two runs orders
+    each task in chunks of 8 offsets (as a large input is), whose panes are grouped per chunk first."""
+    from unittest import mock
+
     from backfill.jobspec import load_job
+    from backfill.order import tasks
     from backfill.plan.builder import build_plan
     from backfill.plan.fused import fusable
 
     schema = n_schema(tmp_path_factory)
-    aggregations = "{n: count(), total: sum(value.n), low: min(value.n), values: count(value.n)}"
+    aggregations = ("{n: count(), total: sum(value.n), low: min(value.n), values: count(value.n), "
+                    "spread: 'max(value.n) - min(value.n)'}")
 
     @SETTINGS
     @given(seed=SEEDS)
+    @example(seed=4)  # panes of a window in two chunks of a task: merged in the task, always run
     def check(seed: int) -> None:
         rng = random.Random(seed)
         policy, window = rng.choice(POLICIES), rng.choice(WINDOWS)
@@ -195,13 +203,20 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
         job = aggregate_job(window, aggregations, "final").replace(
             "value: {format: string}, timestamp: {extractor: record, on_invalid: fail}", f"timestamp: {source}")
         bounds = rng.randint(0, 20), rng.randint(25, 61)
+        chunked_run = rng.randint(0, 1)
         tmp = tmp_path_factory.mktemp("one-pass")
         for args in ((), ("--start", str(bounds[0]), "--end", str(bounds[1]))):
-            label = f"{window} {policy} {'ranged' if args else 'whole'}: "
-            fast = run_job(tmp / f"spark{len(args)}", job, {"s": rows}, *args)
+            chunks = (len(args) > 0) == chunked_run
+            label = f"{window} {policy} {'ranged' if args else 'whole'}{' in chunks' if chunks else ''}: "
+            with mock.patch.multiple(tasks, CHUNK_OFFSETS=8 if chunks else tasks.CHUNK_OFFSETS,
+                                     CHUNKED_PARTITIONS=3 if chunks else tasks.CHUNKED_PARTITIONS):
+                fast = run_job(tmp / f"spark{len(args)}", job, {"s": rows}, *args)
             oracle = run_job(tmp / f"ref{len(args)}", job, {"s": rows}, *args, engine="reference")
             assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
-            assert fusable(build_plan(load_job(tmp / f"spark{len(args)}" / "job.yaml"))) is not None, label
+            one = fusable(build_plan(load_job(tmp / f"spark{len(args)}" / "job.yaml")))
+            assert one is not None, label
+            size, advance = one.windows.size, one.windows.advance
+            assert (one.panes() is not None) == (size > advance and size % advance == 0), label
             assert _rows(fast.outputs.get("agg", [])) == _rows(oracle.outputs["agg"]), label + "output"
             open_windows = len(oracle.summary["incomplete"]["agg"])
             assert fast.summary["operators"]["agg"]["incomplete_windows"] == open_windows, label + "open windows"

@@ -132,21 +132,52 @@ class WindowAggregate(Operator):
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
         return not any(a.order_sensitive for a in aggs) and all(a.reads_only_value for a in aggs)
 
-    def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column) -> DataFrame:
+    def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column, panes: bool = False) -> DataFrame:
         """Each record as the rows of the one pass (plan/fused.py): one ledger row when `record_row` holds
         (RECORD), and for a record reaching the operator one row per window of windowsFor(ts), WINDOW when
         accepted (4.1 step 5), LATE_PAIR otherwise; only `live` records (not cut by the cool-down) have rows.
-        `_mark` is the window start (RECORD_MARK: none)."""
+        `_mark` is the window start (RECORD_MARK: none).
+
+        With `panes` (see `panes()`), a record has ONE WINDOW row for all its accepted windows: `_mark` is
+        its pane's start and `_late` how many of its windows (the oldest) are late, each a LATE_PAIR row."""
         assert self.spec is not None
         w, st = self.windows, self.stream_time
         none = F.array().cast("array<bigint>")
-        marks = F.concat(F.when(live & record_row, F.array(F.lit(_RECORD_MARK))).otherwise(none),
-                         # never null: concat with a null array would lose the record's every row
-                         F.coalesce(F.when(live & reaches(self.spec), w.starts("ts")), none))
+        record = F.when(live & record_row, F.array(F.lit(_RECORD_MARK))).otherwise(none)
+        reaching = live & reaches(self.spec)
         mark = F.col("_mark")
+        if not panes:
+            # never null: concat with a null array would lose the record's every row
+            marks = F.concat(record, F.coalesce(F.when(reaching, w.starts("ts")), none))
+            kind = (F.when(mark == _RECORD_MARK, F.lit(RECORD))
+                    .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW))
+                    .otherwise(F.lit(LATE_PAIR)))
+            return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
+        counted = late_windows(w, st)
+        pane = F.expr(f"(ts div {w.advance}L) * {w.advance}L")
+        late = F.coalesce(F.when(reaching, F.slice(w.starts("ts"), 1, counted["late"].cast("int"))), none)
+        accepted = F.coalesce(F.when(reaching & counted["contributing"], F.array(pane)), none)
+        # a late window starts before the newest window, which starts at or before the pane: when the record
+        # has a pane row, no late mark equals the pane's start
         kind = (F.when(mark == _RECORD_MARK, F.lit(RECORD))
-                .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW)).otherwise(F.lit(LATE_PAIR)))
-        return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
+                .when(counted["contributing"] & (mark == pane), F.lit(WINDOW)).otherwise(F.lit(LATE_PAIR)))
+        return (ordered.select("*", F.explode(F.concat(record, late, accepted)).alias("_mark"))
+                .withColumn("_g", kind).withColumn("_late", F.when(F.col("_g") == WINDOW, counted["late"])))
+
+    def panes(self) -> Panes | None:
+        """How the one pass aggregates by pane, or None. A hopping window of size S, a multiple of its advance
+        A, is S / A panes of A ms (records of a key in one pane fall into the same windows): a record gives
+        one row, not S / A, and each pane's partial aggregates are merged into its windows'. Only when every
+        aggregation splits (`CompiledAggregation.split`)."""
+        assert self.spec is not None and self.spec.aggregate is not None
+        w = self.windows
+        if w.size <= w.advance or w.size % w.advance:
+            return None
+        aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
+        splits = [a.split(f"_pane_{i}_") for i, a in enumerate(aggs)]
+        if any(s is None for s in splits):
+            return None
+        return Panes(w, tuple(s for s in splits if s is not None))
 
     def fused_pairs(self, live: Column) -> Column:
         """Aggregation: the accepted (record, window) pairs, counted per record without exploding (the one pass
@@ -157,13 +188,16 @@ class WindowAggregate(Operator):
         accepted = count.cast("long") - late_windows(w, self.stream_time)["late"].cast("long")
         return F.sum(F.when(live & reaches(self.spec), accepted)).alias("_accepted_pairs")
 
-    def fused_aggregations(self) -> list[Column]:
-        """Its aggregations in the one pass: the output columns, and the window's max ts and task span."""
+    def fused_aggregations(self, panes: Panes | None = None) -> list[Column]:
+        """Its aggregations in the one pass: the output columns (with `panes`, their partial aggregates), and
+        the window's max ts and task span."""
         assert self.spec is not None and self.spec.aggregate is not None
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
         # by position: an output name may be one of the counting pass's ("n", ...)
-        return [*[a.aggregate().alias(f"_output_{i}") for i, a in enumerate(aggs)], F.max("ts").alias("_window_ts"),
-                F.min("task").alias("_task_lo"), F.max("task").alias("_task_hi")]
+        outputs = ([F.expr(sql).alias(f"_pane_{i}_{j}") for i, (parts, _) in enumerate(panes.splits)
+                    for j, (sql, _) in enumerate(parts)] if panes is not None
+                   else [a.aggregate().alias(f"_output_{i}") for i, a in enumerate(aggs)])
+        return [*outputs, F.max("ts").alias("_window_ts")]
 
     def fused_result(self, groups: DataFrame, records: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Its output and ledger rows from the one pass's groups (`records`: its RECORD rows, one per record)."""
@@ -181,13 +215,12 @@ class WindowAggregate(Operator):
         windows = groups.where(F.col("_g") == WINDOW).select(
             "key", "window_start", (F.col("window_start") + F.lit(w.size)).alias("window_end"),
             *[F.col(f"_output_{i}").alias(a.name) for i, a in enumerate(aggs)], F.col("_window_ts").alias("ts"),
-            F.col("_task_lo").alias("task"),
-            (F.col("_task_lo") != F.col("_task_hi")).alias("_split"))
+            "task", F.lit(False).alias("_split"))
         windows = windows.withColumn(
             "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
         return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)),
                             ledger=null_keys.unionByName(late), range_column="window_start", windows=windows,
-                            operator=self.name)
+                            operator=self.name, per_task=True)
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The window suite and (key, window_start) or (task, emit_seq) uniqueness."""
@@ -222,10 +255,14 @@ def window_frame(df: DataFrame, w: TimeWindows) -> DataFrame:
 class FinalWindows(OperatorResult):
     """emit: final: `windows` holds every window with `_closed` and `_split`. The pass that writes the closed
     ones also counts the open ones and the windows kept by several tasks (Observation metrics), instead of
-    caching every window for several passes."""
+    caching every window for several passes.
+
+    `per_task`: `windows` has one row per task that kept a window (the one pass, plan/fused.py), `_split` is
+    never set, and the windows kept by several tasks are looked for after the write (`split_windows`)."""
 
     windows: DataFrame | None = None
     operator: str = ""
+    per_task: bool = False
 
     def publishable(self, in_range: InRange) -> Publishable:
         """The closed windows in range; the open ones counted; a window kept by two tasks refused."""
@@ -246,17 +283,64 @@ class FinalWindows(OperatorResult):
 
         def refuse_split(staged: DataFrame) -> None:
             found = metrics()
-            if found["split"]:
-                raise PublishError(f"operators.{self.operator}: key {found['key']!r} occurs in several partitions, "
-                                   f"so several tasks kept a window for it ({found['split']} windows) and the final "
+            split, key = found["split"], found["key"]
+            if self.per_task:
+                split, key = split_windows(self.windows.where(in_range(self.range_column)))
+            if split:
+                raise PublishError(f"operators.{self.operator}: key {key!r} occurs in several partitions, "
+                                   f"so several tasks kept a window for it ({split} windows) and the final "
                                    "output would not be unique per (key, window_start); nothing was published")
 
         return Publishable(output, lambda: int(metrics()["incomplete"]), refuse_split)
 
 
+def split_windows(windows: DataFrame) -> tuple[int, Any]:
+    """The windows kept by several tasks, in a frame of one row per (task, window): how many, and the
+    greatest key among them. One aggregation by key finds the keys of several tasks (normally none, and
+    then nothing more is read); only their windows are grouped by window."""
+    keys = windows.groupBy("key").agg(F.min("task").alias("_lo"), F.max("task").alias("_hi")).where(
+        F.col("_lo") != F.col("_hi"))
+    kept = windows.join(keys.select("key"), "key", "left_semi").groupBy("key", "window_start").agg(
+        F.count(F.lit(1)).alias("_tasks")).where(F.col("_tasks") > 1)
+    found = kept.agg(F.count(F.lit(1)).alias("split"), F.max("key").alias("key")).first()
+    return (found["split"], found["key"]) if found is not None else (0, None)
+
+
 # the one pass (plan/fused.py): what a row of a record is; the mark of a row that is not a window
 WINDOW, LATE_PAIR, RECORD = 0, 1, 2
 _RECORD_MARK = -1  # window starts are >= 0
+
+
+@dataclass(frozen=True)
+class Panes:
+    """The one pass by pane (WindowAggregate.panes): its windows and each aggregation's split."""
+
+    windows: TimeWindows
+    splits: tuple[tuple[list[tuple[str, str]], str], ...]
+
+    def merge(self, groups: DataFrame, keys: list[str]) -> DataFrame:
+        """The pane groups (WINDOW: key, pane start in `_group_window_start`, `_group_late`) merged into window
+        groups, with the columns of the one pass without panes. The other groups go through the same
+        aggregation one to one (a union of two filters of `groups` would compute it twice)."""
+        w = self.windows
+        starts = w.starts("_group_window_start")
+        late = F.col("_group_late").cast("int")
+        # a pane's windows are its records' (the same windowsFor); its records' `_late` oldest ones are late
+        marks = F.when(F.col("_g") == WINDOW, F.slice(starts, late + 1, F.size(starts) - late)).otherwise(
+            F.array(F.col("_group_window_start")))
+        types = {f.name: f.dataType for f in groups.schema.fields}
+        exploded = groups.withColumn("_group_window_start", F.explode(marks)).withColumn(
+            "_group_late", F.lit(None).cast(types["_group_late"]))
+        merged = []
+        for i, (parts, _) in enumerate(self.splits):
+            for j, (_, how) in enumerate(parts):
+                name = f"_pane_{i}_{j}"
+                # a sum of sums is cast back: Spark widens a decimal sum's precision at each step
+                merged.append(getattr(F, how)(name).cast(types[name]).alias(name))
+        merged += [F.sum("_n").alias("_n"), F.max("_window_ts").alias("_window_ts")]
+        outputs = [F.expr(sql).alias(f"_output_{i}") for i, (_, sql) in enumerate(self.splits)]
+        return (exploded.groupBy(*keys).agg(*merged)
+                .select(*keys, "_n", *outputs, "_window_ts"))
 
 
 def repeated(groups: DataFrame) -> DataFrame:

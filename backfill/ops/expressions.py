@@ -20,6 +20,11 @@ _ORDER_SENSITIVE = re.compile(
 # what a joiner sees of each side: left.<f> / right.<f> (null on the unmatched side)
 JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 _EMPTY_COUNT = re.compile(r"\bcount\s*\(\s*\)", re.IGNORECASE)
+# the aggregates whose values over parts of a window merge into its value, and how
+_PANE_MERGES = {exp.Count: "sum", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
+# what stops a split: per-row modifiers, and calls sqlglot does not know as aggregates but Spark may
+# (any(x) is Spark's bool_or; an unknown name may be a user's aggregate)
+_NO_SPLIT = (exp.Anonymous, exp.Any, exp.All, exp.Window, exp.Filter, exp.Distinct)
 
 
 def normalize_count(sql: str) -> str:
@@ -60,6 +65,29 @@ class CompiledAggregation:
         """The aggregate column (for groupBy or a window); folds use fold_over()."""
         assert self.sql is not None
         return F.expr(self.sql)
+
+    def split(self, prefix: str) -> tuple[list[tuple[str, str]], str] | None:
+        """The aggregation in two steps, or None: its aggregate calls as (SQL, merge function), to compute over
+        parts of a window (panes), and the expression over their merged values, named `<prefix><i>`.
+
+        Only count, sum, min and max merge (without DISTINCT or FILTER), in any expression around them:
+        `round(sum(value.a) / count(1), 2)` splits into sum(value.a) and count(1), merged by sum each.
+        """
+        if self.sql is None:
+            return None
+        tree = sqlglot.parse_one(self.sql, read=SparkSQL)
+        if any(isinstance(node, _NO_SPLIT) for node in tree.walk()):
+            return None
+        calls = list(tree.find_all(exp.AggFunc))
+        if not calls or any(type(c) not in _PANE_MERGES or c.expressions
+                            or any(isinstance(n, exp.AggFunc) for n in c.walk() if n is not c) for c in calls):
+            return None
+        parts = [(c.sql(dialect="spark"), _PANE_MERGES[type(c)]) for c in calls]
+        for i, call in enumerate(calls):
+            merged = call.replace(exp.column(f"{prefix}{i}"))
+            if call is tree:
+                tree = merged
+        return parts, tree.sql(dialect="spark")
 
     def fold_over(self, records_sql: str) -> Column:
         """Fold over an SQL array of record structs already in processing order."""

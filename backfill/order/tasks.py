@@ -131,7 +131,8 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
         .withColumn("seq", (F.coalesce(F.col("_cn"), F.lit(0)) + F.col("_ln")).cast("long"))
     for name, c in names.items():  # greatest skips nulls: an empty side changes nothing
         out = out.withColumn(name, F.greatest(F.col(c), F.col(f"_l{c}")))
-    return out.drop("_chunk", "_ct", "_cc", "_cn", "_lb", "_ln", *names.values(), *[f"_l{c}" for c in names.values()])
+    # `_chunk` stays: the rows are spread by (task, _chunk), which the one pass groups by (plan/fused.py)
+    return out.drop("_ct", "_cc", "_cn", "_lb", "_ln", *names.values(), *[f"_l{c}" for c in names.values()])
 
 
 def ordering_partitions(df: DataFrame) -> int | None:

@@ -9,7 +9,11 @@ pass, the ledger candidates and the operator. Here the ordered records flow once
 - the operator's `fused_rows` (ops/aggregate.py), which explodes each record into rows tagged with what they
   are (`_g`): RECORD, one per record that may give a ledger row of its own (dropped by its source, null key);
   WINDOW, one per accepted (record, window); LATE, one per refused (record, window);
-- one aggregation: WINDOW rows grouped by (key, window start) are the output, the others are ledger rows.
+- one aggregation: WINDOW rows grouped by (task, key, window start) are the output, the others are ledger rows.
+  A hopping window of size a multiple of its advance is aggregated by pane (`WindowAggregate.panes`): a
+  record's accepted windows are ONE row, grouped by (key, pane, late windows), and the panes' partial
+  aggregates are merged into their windows by a second aggregation over the (far fewer) pane groups. Both
+  group by task too: the records are spread by task for ordering, so neither aggregation shuffles.
 
 The group columns of a row are null except those of its kind, and the kind is part of the group, so a group
 only ever holds rows of one kind: a window group aggregates its records, a ledger group copies of one record
@@ -76,18 +80,33 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     counted = Counted(Observation(), ordered, columns)
     ordered = ordered.observe(counted.seen, *columns)
     record_row = F.col("_drop").isNotNull() | F.col("key").isNull()
-    rows = op.fused_rows(ordered, live, record_row)
+    panes = op.panes()
+    rows = op.fused_rows(ordered, live, record_row, panes is not None)
     kind = F.col("_g")
     # a ledger row's record, one column: a window row's group has one null there instead of a dozen
     fields = list(dict.fromkeys(c for c in (*_LEDGER, op.stream_time, *_RECORD_ONLY) if c in rows.columns))
     groups = {"_group_key": F.when(kind == WINDOW, F.col("key")),
               "_group_window_start": F.when(kind.isin(WINDOW, LATE_PAIR), F.col("_mark")),
               "_group_record": F.when(kind.isin(RECORD, LATE_PAIR), F.struct(*fields))}
+    if panes is not None:  # a pane's records of a key with as many late windows (the window start is the pane's)
+        groups["_group_late"] = F.col("_late")
     keyed = rows.select(
         *[c for c in rows.columns if c != "value"],
         F.when(kind == WINDOW, F.col("value")).alias("value"),  # the output aggregations read only the value
         *[value.alias(name) for name, value in groups.items()])
-    out = keyed.groupBy("_g", *groups).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations())
+    # grouped in their task too: the records are spread by task already, so no group is shuffled again, and
+    # the panes of a window meet in its task (keys of one task only: a key in several tasks gives several
+    # windows, which FinalWindows refuses to publish)
+    by = ["task"]
+    if panes is not None and "_chunk" in keyed.columns:
+        # a large input ordered chunk by chunk is spread by (task, chunk): its panes are grouped in their chunk
+        # first, then the parts of a pane in several chunks meet in their task (one shuffle of the pane groups)
+        by.append("_chunk")
+    out = keyed.groupBy("_g", *groups, *by).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations(panes))
+    if panes is not None:
+        if "_chunk" in by:
+            out = out.drop("_chunk").repartition("task")
+        out = panes.merge(out, ["_g", *groups, "task"])
     record = F.col("_group_record")
     named = {"key": F.coalesce(F.col("_group_key"), record["key"]), "window_start": F.col("_group_window_start"),
              **{c: record[c] for c in fields if c != "key"}}
@@ -114,7 +133,7 @@ def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted)
     if counted["_fatal"]:
         rows.append({"source": source, "_drop": None, "_fatal": "fatal", "task": None})
         return rows  # apply_stats fails on it
-    tasks = groups.where(F.col("_g") == WINDOW).groupBy("_task_lo").agg(
+    tasks = groups.where(F.col("_g") == WINDOW).groupBy("task").agg(
         F.max("_window_ts").alias("st"), F.sum("_n").alias("pairs")).collect()
     # the counts are accumulated as records pass: a stage that ran twice would have counted twice, which the
     # pairs its windows hold would show (never silently: nothing is published on a mismatch)
@@ -124,7 +143,7 @@ def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted)
                             f"{counted['_accepted_pairs'] or 0} accepted (record, window) pairs and its windows "
                             f"hold {pairs}; nothing was published (please report it)")
     for r in tasks:
-        rows.append({"source": source, "_drop": None, "_fatal": None, "task": r["_task_lo"], "n": 0, "beyond": 0,
+        rows.append({"source": source, "_drop": None, "_fatal": None, "task": r["task"], "n": 0, "beyond": 0,
                      op.stat("in"): 0, op.stat("nullkey"): 0, op.stat("contrib"): 0, op.stat("late"): 0,
                      op.stat("st"): r["st"], "topic_lo": None, "topic_hi": None})
     return rows

@@ -35,3 +35,16 @@ def test_count_sum_min_max_split_in_any_expression(sql: str, parts: list, merged
 ])
 def test_what_does_not_merge_is_not_split(sql: str) -> None:
     assert split(sql) is None
+
+
+def test_a_window_kept_by_two_tasks_is_found_and_a_key_of_two_tasks_alone_is_not(spark) -> None:
+    """The one pass groups windows by task too: a key in two partitions gives two rows of one window only
+    where both tasks kept that window (those are refused); other windows of such a key are unique."""
+    from backfill.ops.aggregate import split_windows
+
+    schema = "task int, key string, window_start long"
+    none = spark.createDataFrame([(0, "a", 0), (1, "a", 60), (0, "b", 0), (0, "b", 60)], schema)
+    assert split_windows(none) == (0, None)
+    two = spark.createDataFrame([(0, "a", 0), (1, "a", 60), (0, "b", 0), (1, "b", 0), (1, "b", 60), (0, "b", 60),
+                                 (2, "c", 0)], schema)
+    assert split_windows(two) == (2, "b")

@@ -299,8 +299,10 @@ def split_windows(windows: DataFrame) -> tuple[int, Any]:
     greatest key among them. One aggregation by key finds the keys of several tasks (normally none, and
     then nothing more is read); only their windows are grouped by window."""
     keys = windows.groupBy("key").agg(F.min("task").alias("_lo"), F.max("task").alias("_hi")).where(
-        F.col("_lo") != F.col("_hi"))
-    kept = windows.join(keys.select("key"), "key", "left_semi").groupBy("key", "window_start").agg(
+        F.col("_lo") != F.col("_hi")).select("key")
+    if not keys.take(1):
+        return 0, None
+    kept = windows.join(F.broadcast(keys), "key", "left_semi").groupBy("key", "window_start").agg(
         F.count(F.lit(1)).alias("_tasks")).where(F.col("_tasks") > 1)
     found = kept.agg(F.count(F.lit(1)).alias("split"), F.max("key").alias("key")).first()
     return (found["split"], found["key"]) if found is not None else (0, None)

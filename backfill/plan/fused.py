@@ -100,12 +100,13 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     by = ["task"]
     if panes is not None and "_chunk" in keyed.columns:
         # a large input ordered chunk by chunk is spread by (task, chunk): its panes are grouped in their chunk
-        # first, then the parts of a pane in several chunks meet in their task (one shuffle of the pane groups)
+        # first, then the parts of a key's panes meet by (task, key), spread over all shuffle partitions (by
+        # task alone, a task's every window would be merged in one Spark task); one shuffle of the pane groups
         by.append("_chunk")
     out = keyed.groupBy("_g", *groups, *by).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations(panes))
     if panes is not None:
         if "_chunk" in by:
-            out = out.drop("_chunk").repartition("task")
+            out = out.drop("_chunk").repartition("task", "_group_key")
         out = panes.merge(out, ["_g", *groups, "task"])
     record = F.col("_group_record")
     named = {"key": F.coalesce(F.col("_group_key"), record["key"]), "window_start": F.col("_group_window_start"),

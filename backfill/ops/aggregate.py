@@ -199,15 +199,17 @@ class WindowAggregate(Operator):
                    else [a.aggregate().alias(f"_output_{i}") for i, a in enumerate(aggs)])
         return [*outputs, F.max("ts").alias("_window_ts")]
 
-    def fused_result(self, groups: DataFrame, records: DataFrame, counts: OperatorCounts) -> OperatorResult:
-        """Its output and ledger rows from the one pass's groups (`records`: its RECORD rows, one per record)."""
+    def fused_result(self, groups: DataFrame, records: DataFrame, counts: OperatorCounts,
+                     ledger_groups: DataFrame | None = None) -> OperatorResult:
+        """Its output and ledger rows from the one pass's groups (`records`: its RECORD rows, one per record;
+        `ledger_groups`: the groups that are not windows, if stored apart)."""
         assert self.spec is not None and self.spec.aggregate is not None
         w, st = self.windows, self.stream_time
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
         mine = records.where(in_source(stream_name(self.spec)) & F.col("key").isNull())
         null_keys = ledger_rows(mine, reason=NULL_KEY, operator=self.name, stream_time=F.col(st),
                                 range_time=F.col("ts"))
-        pairs = repeated(groups.where(F.col("_g") == LATE_PAIR))
+        pairs = repeated((groups if ledger_groups is None else ledger_groups).where(F.col("_g") == LATE_PAIR))
         late = ledger_rows(pairs, reason=LATE, operator=self.name, stream_time=F.col(st),
                            window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(w.size),
                            range_time=F.col("window_start"))

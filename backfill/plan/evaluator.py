@@ -214,7 +214,7 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         if stored is not None:
             stored.append(groups)
         apply_stats(plan, fused.stat_rows(plan, one, groups, seen), ordered, summary)
-        results, dropped = fused.results(one, groups, summary.operators[one.name])
+        results, dropped = fused.results(one, groups, summary.operators[one.name], stored)
     else:
         progress("checking records")
         _record_stats(plan, ordered, summary)

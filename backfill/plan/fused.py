@@ -150,8 +150,15 @@ def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted)
     return rows
 
 
-def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts
+def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts, stored: list[DataFrame] | None = None
             ) -> tuple[dict[str, OperatorResult], DataFrame]:
-    """The operator's result and the records that may give ledger rows (for the source drops)."""
-    records = repeated(groups.where(F.col("_g") == RECORD))
-    return {op.name: op.fused_result(groups, records, counts)}, records
+    """The operator's result and the records that may give ledger rows (for the source drops).
+
+    The ledger's groups (a few percent of the groups) are stored apart when first read, which appends them
+    to `stored`: their three readers (source drops, null keys, late windows) then scan them, not every window
+    again (at 100M records, three scans of 39M windows took 29 s)."""
+    ledger_groups = groups.where(F.col("_g") != WINDOW).localCheckpoint(eager=False)
+    if stored is not None:
+        stored.append(ledger_groups)
+    records = repeated(ledger_groups.where(F.col("_g") == RECORD))
+    return {op.name: op.fused_result(groups, records, counts, ledger_groups)}, records

@@ -190,7 +190,7 @@ class WindowAggregate(Operator):
 
     def fused_aggregations(self, panes: Panes | None = None) -> list[Column]:
         """Its aggregations in the one pass: the output columns (with `panes`, their partial aggregates), and
-        the window's max ts and task span."""
+        the window's max ts (the one pass groups by task too)."""
         assert self.spec is not None and self.spec.aggregate is not None
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
         # by position: an output name may be one of the counting pass's ("n", ...)

@@ -13,7 +13,8 @@ pass, the ledger candidates and the operator. Here the ordered records flow once
   A hopping window of size a multiple of its advance is aggregated by pane (`WindowAggregate.panes`): a
   record's accepted windows are ONE row, grouped by (key, pane, late windows), and the panes' partial
   aggregates are merged into their windows by a second aggregation over the (far fewer) pane groups. Both
-  group by task too: the records are spread by task for ordering, so neither aggregation shuffles.
+  group by task too: the records are spread by task for ordering, so neither aggregation shuffles (a large
+  input ordered in chunks shuffles its pane groups once, to merge them by (task, key)).
 
 The group columns of a row are null except those of its kind, and the kind is part of the group, so a group
 only ever holds rows of one kind: a window group aggregates its records, a ledger group copies of one record

@@ -14,7 +14,7 @@ pass, the ledger candidates and the operator. Here the ordered records flow once
   record's accepted windows are ONE row, grouped by (key, pane, late windows), and the panes' partial
   aggregates are merged into their windows by a second aggregation over the (far fewer) pane groups. Both
   group by task too: the records are spread by task for ordering, so neither aggregation shuffles (a large
-  input ordered in chunks shuffles its pane groups once, to merge them by (task, key)).
+  input ordered in chunks shuffles pane groups twice: per chunk, then by (task, key) for the merge).
 
 The group columns of a row are null except those of its kind, and the kind is part of the group, so a group
 only ever holds rows of one kind: a window group aggregates its records, a ledger group copies of one record
@@ -102,7 +102,9 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     if panes is not None and "_chunk" in keyed.columns:
         # a large input ordered chunk by chunk is spread by (task, chunk): its panes are grouped in their chunk
         # first, then the parts of a key's panes meet by (task, key), spread over all shuffle partitions (by
-        # task alone, a task's every window would be merged in one Spark task); one shuffle of the pane groups
+        # task alone, a task's every window would be merged in one Spark task). Spark does not know how the
+        # stored chunks are spread, so the chunk groups are shuffled too: two shuffles of pane groups, far
+        # fewer rows than the records
         by.append("_chunk")
     out = keyed.groupBy("_g", *groups, *by).agg(F.count(F.lit(1)).alias("_n"), *op.fused_aggregations(panes))
     if panes is not None:

@@ -1,4 +1,5 @@
-"""Which aggregations the one pass may compute by pane (ops/expressions.py `split`), and into what."""
+"""Which aggregations the one pass may compute by pane (ops/expressions.py `split`), and into what; and how
+windows kept by several tasks are found once the one pass groups its windows by task."""
 from __future__ import annotations
 
 import pytest

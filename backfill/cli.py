@@ -96,6 +96,13 @@ def _spark_message(exc: Exception) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else name
     if "AnalysisException" in name or "ParseException" in name or "PySparkValueError" in name:
         return f"Spark rejected an expression of the job: {first}"
+    if "JAVA_GATEWAY_EXITED" in first:
+        from backfill.session import jvm_log
+
+        own = os.environ.get("BACKFILL_JAVA_OPTIONS")
+        return ("the Spark driver JVM did not start: check that `java -version` is Java 17"
+                + (f" and that BACKFILL_JAVA_OPTIONS ({own}) are options it accepts" if own else "")
+                + f"; the JVM's own message is in {jvm_log() or 'the output above'}")
     return f"internal error ({name}: {first}); rerun with BACKFILL_DEBUG=1 for the traceback and report it"
 
 
@@ -463,6 +470,9 @@ def main() -> None:
     is already written and committed then, and the JVM ends by itself once its parent is gone (it
     watches its stdin), so leave at once.
     """
+    from backfill.session import one_shot_process
+
+    one_shot_process()
     try:
         app()
         code = 0

@@ -31,7 +31,7 @@ def execute(job: Path, start: int | None, end: int | None, profile: str | None, 
 
     with holding(the_plan.written_paths, the_plan.job.spec.name), \
             err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
-        spark = get_spark(profile)
+        spark = get_spark(profile, input_bytes=the_plan.job.input_bytes())
 
         def progress(stage: str) -> None:
             if status is not None:

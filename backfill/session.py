@@ -33,6 +33,19 @@ DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
 # 60 s instead of 32 s on a warm JVM. The call sites only enrich PySpark's own error log, which the CLI
 # silences (quiet_python_logs); BACKFILL_DEBUG turns them back on, and a profile may set it too.
 PYTHON_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# A command run from the shell on a small input is over in seconds: there the JVM's optimizing compiler (C2)
+# spends the run compiling code it never gets to reuse, and parallel GC threads compete for the same cores.
+# The demo job (20,000 records, a new process each time) took 40-47 s with the defaults and 30-32 s with these
+# options (benchmarks/README.md); a long run needs C2. Only a process that exits after its command uses
+# them (`backfill ...`, not a library caller or a test's in-process session, whose JVM lives on).
+SHORT_RUN_BYTES = 64 * 2**20
+SHORT_RUN_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+_ONE_SHOT = {"process": False}
+
+
+def one_shot_process() -> None:
+    """Called by the console-script entry: this process runs one command and exits."""
+    _ONE_SHOT["process"] = True
 
 
 def profile_name(explicit: str | None = None) -> str:
@@ -62,8 +75,9 @@ def apply_env(profile: dict[str, Any]) -> None:
         os.environ.setdefault(key, str(value))
 
 
-def get_spark(profile: str | None = None) -> Any:
-    """The active SparkSession, or a new one built from the profile."""
+def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any:
+    """The active SparkSession, or a new one built from the profile; `input_bytes` (an estimate, None when
+    unknown) picks the short-run JVM options for a small input in a one-shot process."""
     from pyspark.sql import SparkSession
 
     conf = load_profile(profile)  # a wrong --profile is an error even when a session is already running
@@ -72,7 +86,7 @@ def get_spark(profile: str | None = None) -> Any:
         return active
     apply_env(conf)
     builder = SparkSession.builder
-    options = driver_java_options()
+    options = driver_java_options(short=short_run(input_bytes))
     if options:
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
     if conf["master"]:
@@ -90,11 +104,16 @@ def get_spark(profile: str | None = None) -> Any:
     return spark
 
 
-def driver_java_options(record: bool = False) -> list[str]:
-    """The driver JVM's options: quiet logging from the first line on, and, with BACKFILL_CLASS_ARCHIVE=1, the
-    class archive when there is one for this JVM and classpath (`record`: started to write one,
-    scripts/class_archive.py). Opt-in: it starts a session 2 s sooner, but 10M-record runs measured slower
-    with it (median exact/inexact 1.96 and 2.05 against 1.58 without, in the same hour)."""
+def short_run(input_bytes: int | None) -> bool:
+    """Whether a JVM started now gets the short-run options: a one-shot process, an input known to be small."""
+    return _ONE_SHOT["process"] and input_bytes is not None and input_bytes <= SHORT_RUN_BYTES
+
+
+def driver_java_options(record: bool = False, short: bool = False) -> list[str]:
+    """The driver JVM's options: quiet logging from the first line on, the short-run options (`short`), and,
+    with BACKFILL_CLASS_ARCHIVE=1, the class archive when there is one for this JVM and classpath (`record`:
+    started to write one, scripts/class_archive.py). Opt-in: it starts a session 2 s sooner, but 10M-record
+    runs measured slower with it (median exact/inexact 1.96 and 2.05 against 1.58 without, in the same hour)."""
     options = []
     log4j = CONF_DIR / "log4j2.properties"
     if log4j.is_file():
@@ -106,8 +125,12 @@ def driver_java_options(record: bool = False) -> list[str]:
         if archive is not None and archive.is_file():
             # a stale or foreign archive is ignored by the JVM (-Xshare:auto); its notice goes to the JVM log
             options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:disable", "-Xlog:all=warning:stderr"]
-    # one machine's own JVM options (e.g. -XX:TieredStopAtLevel=1: quicker for a few thousand records)
-    return options + shlex.split(os.environ.get("BACKFILL_JAVA_OPTIONS", ""))
+    own = shlex.split(os.environ.get("BACKFILL_JAVA_OPTIONS", ""))
+    if short:  # a machine's own choice of collector wins: a JVM refuses to start with two
+        picks_gc = any(re.fullmatch(r"-XX:\+Use\w+GC", o) for o in own)
+        options += [o for o in SHORT_RUN_OPTIONS if not (picks_gc and o.endswith("GC"))]
+    # one machine's own JVM options, after ours: the JVM takes the last value of a flag
+    return options + own
 
 
 def class_archive() -> Path | None:

@@ -27,6 +27,60 @@ def test_the_archive_is_used_only_when_asked_for_and_when_it_exists(tmp_path, mo
     assert "-XX:+RecordDynamicDumpInfo" in recording and not any("SharedArchiveFile" in o for o in recording)
 
 
+def test_short_run_options_only_for_a_one_shot_process_and_a_small_input(monkeypatch):
+    monkeypatch.delenv("BACKFILL_JAVA_OPTIONS", raising=False)
+    assert not set(session.SHORT_RUN_OPTIONS) & set(session.driver_java_options())
+    assert set(session.SHORT_RUN_OPTIONS) <= set(session.driver_java_options(short=True))
+    # a machine's own options come last: the JVM takes the last value of a flag
+    monkeypatch.setenv("BACKFILL_JAVA_OPTIONS", "-XX:TieredStopAtLevel=4")
+    assert session.driver_java_options(short=True)[-1] == "-XX:TieredStopAtLevel=4"
+    # a JVM given two collectors does not start: a machine's choice replaces ours
+    monkeypatch.setenv("BACKFILL_JAVA_OPTIONS", "-XX:+UseG1GC")
+    assert [o for o in session.driver_java_options(short=True) if o.endswith("GC")] == ["-XX:+UseG1GC"]
+
+
+def test_a_one_shot_process_starts_a_small_runs_jvm_with_the_short_run_options(spark):
+    """Through the real start: the options reach the driver JVM of a one-shot process; a library's session (this
+    test's own) starts without them."""
+    code = """
+from backfill import session
+session.one_shot_process()
+spark = session.get_spark(input_bytes=1 << 20)
+print("|".join(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))
+"""
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert set(session.SHORT_RUN_OPTIONS) <= set(done.stdout.strip().splitlines()[-1].split("|"))
+    mine = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    assert not set(session.SHORT_RUN_OPTIONS) & set(mine)
+
+
+def test_a_short_run_is_a_one_shot_process_with_a_small_known_input(tmp_path, monkeypatch):
+    from backfill.jobspec import load_job
+
+    monkeypatch.setitem(session._ONE_SHOT, "process", False)
+    assert not session.short_run(1)
+    monkeypatch.setitem(session._ONE_SHOT, "process", True)
+    assert session.short_run(1) and session.short_run(session.SHORT_RUN_BYTES)
+    assert not session.short_run(session.SHORT_RUN_BYTES + 1) and not session.short_run(None)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.parquet").write_bytes(b"x" * 100)
+    (tmp_path / "in" / "_delta_log").mkdir()
+    (tmp_path / "in" / "_delta_log" / "0.json").write_bytes(b"x" * 10)
+    (tmp_path / "b.jsonl").write_bytes(b"y" * 5)
+    job = tmp_path / "job.yaml"
+    sources = "  a: {format: delta, path: in}\n  b: {format: jsonl, path: b.jsonl}\n"
+    body = ("operators:\n  - name: n\n    aggregate: {input: a, window: {type: tumbling, size: 1m, grace: 0ms}, "
+            "aggregations: {n: count()}}\nsinks:\n  n: {format: jsonl, path: out.jsonl}\n")
+    job.write_text(f"name: j\nsources:\n{sources}{body}")
+    assert load_job(job).input_bytes() == 115
+    kafka = "  k: {format: kafka, kafka: {bootstrap: '127.0.0.1:1', topic: t}}\n"
+    job.write_text(f"name: j\nsources:\n{sources}{kafka}{body}")
+    assert load_job(job).input_bytes() is None  # a topic's size is unknown before Spark reads it
+
+
 def test_the_archive_name_changes_with_the_jars(tmp_path, monkeypatch):
     monkeypatch.setattr(session, "JARS_DIR", tmp_path / "spark")
     (tmp_path / "spark").mkdir()

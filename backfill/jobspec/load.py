@@ -29,6 +29,20 @@ class Job:
         """Absolute path of a path written in the job file."""
         return str((self.base / relative).resolve())
 
+    def input_bytes(self) -> int | None:
+        """Bytes of the files under the job's sources (a Delta table's old versions included), or None when a
+        source is a Kafka topic or not a local path: an estimate of the run's size, made without Spark."""
+        total = 0
+        for source in self.spec.sources.values():
+            if source.format == "kafka" or source.path is None or "://" in source.path:
+                return None
+            root = Path(self.resolve(source.path))
+            if not root.exists():
+                return None
+            files = [root] if root.is_file() else (f for f in root.rglob("*") if f.is_file())
+            total += sum(f.stat().st_size for f in files)
+        return total
+
 
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; raise SpecError with one clear line."""

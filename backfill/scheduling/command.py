@@ -37,7 +37,7 @@ def run_scheduled(job_path: Path, *, until: int | None, restate: str | None, max
         from backfill.session import get_spark
 
         lock.renew(doing="deciding")
-        spark = get_spark(profile)
+        spark = get_spark(profile, input_bytes=job.input_bytes())
         decision = decide(job, spark, read_runs(runs), until=until, now=int(time.time() * 1000),
                           restate_ms=period, max_intervals=max_intervals, due=due)
         for line in decision.lines():

@@ -88,8 +88,10 @@ def judge(scenarios: list[Scenario], version: str, timeout_s: float = 600) -> tu
 def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
     """Run the harness on its input text (the protocol of Replay.java); results for the scenario ids given."""
     check_version(version)
-    proc = subprocess.run(["java", "-Xss4m", "-cp", classpath(version), "io.backfill.harness.Replay"], input=text,
-                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    # a replay is seconds of JVM time: the quick compiler only and one GC thread (about 10% faster here)
+    quick = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    proc = subprocess.run(["java", "-Xss4m", *quick, "-cp", classpath(version), "io.backfill.harness.Replay"],
+                          input=text, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])
         raise SpecError(f"the Kafka Streams {version} harness failed (exit {proc.returncode}): {tail}")

@@ -395,7 +395,8 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
         from backfill.session import get_spark
 
         with _status("verifying", as_json) as progress:
-            outcome = verify_plan(get_spark(profile), the_plan, targets, mapping, tolerances, folder, progress,
+            outcome = verify_plan(get_spark(profile, _verify_bytes(the_plan.job, targets)), the_plan, targets,
+                                  mapping, tolerances, folder, progress,
                                   run=summary, commits=committed, corrections=corrections)
         _finish(outcome, as_json, junit)
 
@@ -419,9 +420,22 @@ def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or
         from backfill.session import get_spark
 
         with _status("comparing", as_json) as progress:
-            outcome = diff_tables(get_spark(profile), old, new, keys, parse_tolerances(tolerance or []), folder,
-                                  progress, only=[c for item in columns or [] for c in item.split(",") if c])
+            from backfill.jobspec.load import local_bytes
+
+            outcome = diff_tables(get_spark(profile, local_bytes([old, new])), old, new, keys,
+                                  parse_tolerances(tolerance or []), folder, progress,
+                                  only=[c for item in columns or [] for c in item.split(",") if c])
         _finish(outcome, as_json, junit)
+
+
+def _verify_bytes(job: Any, targets: list[Any]) -> int | None:
+    """The size of what a verify reads: the job's sources and the streaming outputs (None when unknown)."""
+    from backfill.jobspec.load import local_bytes
+
+    sources = job.input_bytes()
+    outputs = local_bytes(t.against if "://" in t.against else os.path.join(t.base or os.getcwd(), t.against)
+                          for t in targets)
+    return None if sources is None or outputs is None else sources + outputs
 
 
 def _pairs(items: list[str], option: str, shape: str) -> dict[str, str]:

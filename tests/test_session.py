@@ -59,6 +59,7 @@ print("|".join(spark.sparkContext._jvm.java.lang.management.ManagementFactory.ge
 
 def test_a_short_run_is_a_one_shot_process_with_a_small_known_input(tmp_path, monkeypatch):
     from backfill.jobspec import load_job
+    from backfill.jobspec.load import local_bytes
 
     monkeypatch.setitem(session._ONE_SHOT, "process", False)
     assert not session.short_run(1)
@@ -79,6 +80,9 @@ def test_a_short_run_is_a_one_shot_process_with_a_small_known_input(tmp_path, mo
     kafka = "  k: {format: kafka, kafka: {bootstrap: '127.0.0.1:1', topic: t}}\n"
     job.write_text(f"name: j\nsources:\n{sources}{kafka}{body}")
     assert load_job(job).input_bytes() is None  # a topic's size is unknown before Spark reads it
+    # verify's and diff's tables: path@version counts the whole table; a URI or a missing path is unknown
+    assert local_bytes([f"{tmp_path / 'in'}@3", str(tmp_path / "b.jsonl")]) == 115
+    assert local_bytes(["kafka://127.0.0.1:1/t"]) is None and local_bytes([str(tmp_path / "nothing")]) is None
 
 
 def test_the_archive_name_changes_with_the_jars(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 fix."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,16 +33,25 @@ class Job:
     def input_bytes(self) -> int | None:
         """Bytes of the files under the job's sources (a Delta table's old versions included), or None when a
         source is a Kafka topic or not a local path: an estimate of the run's size, made without Spark."""
-        total = 0
-        for source in self.spec.sources.values():
-            if source.format == "kafka" or source.path is None or "://" in source.path:
-                return None
-            root = Path(self.resolve(source.path))
-            if not root.exists():
-                return None
-            files = [root] if root.is_file() else (f for f in root.rglob("*") if f.is_file())
-            total += sum(f.stat().st_size for f in files)
-        return total
+        sources = list(self.spec.sources.values())
+        if any(s.format == "kafka" or s.path is None for s in sources):
+            return None
+        return local_bytes(s.path if "://" in s.path else self.resolve(s.path) for s in sources if s.path)
+
+
+def local_bytes(paths: Iterable[str]) -> int | None:
+    """Bytes of the files at or under local paths (`path@version` counts the whole table); None when one is a
+    URI (kafka://, s3://) or missing."""
+    total = 0
+    for text in paths:
+        if "://" in text:
+            return None
+        root = Path(text.rsplit("@", 1)[0] if "@" in Path(text).name else text)
+        if not root.exists():
+            return None
+        files = [root] if root.is_file() else (f for f in root.rglob("*") if f.is_file())
+        total += sum(f.stat().st_size for f in files)
+    return total
 
 
 def load_job(path: str | Path) -> Job:

@@ -179,10 +179,10 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
     recs = _records(ordered, op, st, w)  # a projection of the task order, which the caller materialises
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True))
+    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True), joiner)
     if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
         rows = rows.unionByName(_non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull()
-                                                       & F.col("_outer")), F.col("seq"), IMMEDIATE))
+                                                       & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner))
     cached: tuple[DataFrame, ...] = ()
     incomplete = None
     if outer_sides(spec):
@@ -190,12 +190,12 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
                                                          for side in outer_sides(spec)])
         lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
         now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
-        rows = rows.unionByName(_non_joined(_with_values(recs, now), F.col("seq"), IMMEDIATE))
+        rows = rows.unionByName(_non_joined(_with_values(recs, now), F.col("seq"), IMMEDIATE, joiner))
         cached += (lone,)
         if not w.eager:
             kernel = _outer_store(lone, joinable, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
             emitted = kernel.where(F.col("out_seq").isNotNull())
-            rows = rows.unionByName(_non_joined(_with_values(recs, emitted), F.col("out_seq"), TRIGGERED,
+            rows = rows.unionByName(_non_joined(_with_values(recs, emitted), F.col("out_seq"), TRIGGERED, joiner,
                                                 F.col("idx")))
             incomplete = kernel.where(F.col("out_seq").isNull()).select("ts", "task", "seq")
             cached += (kernel,)
@@ -205,7 +205,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
         if len(outer_sides(spec)) < 2 else recs.where(F.lit(False))
     ledger = _null_ledger(recs, op.name, rules).unionByName(ledger_rows(
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
-    output = rows.select("key", F.expr(joiner).alias("value"), "ts",
+    output = rows.select("key", "value", "ts",
                          _emit_seq_col(F.col("_out_seq"), F.col("_phase"), F.col("_idx")).alias("emit_seq"), "task")
     return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete, cached=cached)
 
@@ -290,28 +290,33 @@ def _side_struct(prefix: str) -> Column:
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
 
 
-def _joined_rows(pairs: DataFrame) -> DataFrame:
-    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5)."""
+def _joined_rows(pairs: DataFrame, joiner: str) -> DataFrame:
+    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5).
+
+    The joiner runs before the ordering window: the pairs then carry its result, not both records' fields
+    (the optimizer prunes what the joiner does not read down to the range join's inputs)."""
     left_later = F.col("l_seq") > F.col("r_seq")
     rows = pairs.select(
         F.col("l_task").alias("task"), F.col("l_key").alias("key"), _side_struct("l_").alias("left"),
         _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("ts"),
         F.greatest("l_seq", "r_seq").alias("_out_seq"), F.lit(JOINED).alias("_phase"),
         F.when(left_later, F.col("r_ts")).otherwise(F.col("l_ts")).alias("_e_ts"),
-        F.least("l_seq", "r_seq").alias("_e_seq"))
+        F.least("l_seq", "r_seq").alias("_e_seq")).select(
+        "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_e_ts", "_e_seq")
     order = Window.partitionBy("task", "_out_seq").orderBy("_e_ts", "_e_seq")
     return rows.withColumn("_idx", (F.row_number().over(order) - 1).cast("long")).drop("_e_ts", "_e_seq")
 
 
-def _non_joined(recs: DataFrame, out_seq: Column, phase: int, idx: Column | None = None) -> DataFrame:
-    """Single-record results: the record on its side, null on the other, its own timestamp (11)."""
+def _non_joined(recs: DataFrame, out_seq: Column, phase: int, joiner: str, idx: Column | None = None) -> DataFrame:
+    """Single-record results: the joiner of the record on its side and null on the other, its own timestamp (11)."""
     this = F.struct(*[F.col(c).alias(c) for c in JOINER_FIELDS])
     none = F.lit(None).cast(recs.select(this.alias("s")).schema["s"].dataType)
     return recs.select(
         "task", "key", F.when(F.col("_side") == LEFT, this).otherwise(none).alias("left"),
         F.when(F.col("_side") == RIGHT, this).otherwise(none).alias("right"), "ts",
         out_seq.cast("long").alias("_out_seq"), F.lit(phase).alias("_phase"),
-        (idx if idx is not None else F.lit(0)).cast("long").alias("_idx"))
+        (idx if idx is not None else F.lit(0)).cast("long").alias("_idx")).select(
+        "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_idx")
 
 
 def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from backfill.conformance.scenarios import Scenario
 from backfill.errors import SpecError
+from backfill.session import SHORT_RUN_OPTIONS
 
 LIB = Path(os.environ.get("BACKFILL_JVM_LIB", Path(__file__).resolve().parents[2] / "jvm" / "lib"))
 NULL = "\\N"
@@ -89,9 +90,8 @@ def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> t
     """Run the harness on its input text (the protocol of Replay.java); results for the scenario ids given."""
     check_version(version)
     # a replay is seconds of JVM time: the quick compiler only and one GC thread (about 10% faster here)
-    quick = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-    proc = subprocess.run(["java", "-Xss4m", *quick, "-cp", classpath(version), "io.backfill.harness.Replay"],
-                          input=text, capture_output=True, text=True, timeout=timeout_s, check=False)
+    command = ["java", "-Xss4m", *SHORT_RUN_OPTIONS, "-cp", classpath(version), "io.backfill.harness.Replay"]
+    proc = subprocess.run(command, input=text, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])
         raise SpecError(f"the Kafka Streams {version} harness failed (exit {proc.returncode}): {tail}")

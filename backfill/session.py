@@ -33,6 +33,10 @@ DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
 # 60 s instead of 32 s on a warm JVM. The call sites only enrich PySpark's own error log, which the CLI
 # silences (quiet_python_logs); BACKFILL_DEBUG turns them back on, and a profile may set it too.
 PYTHON_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# A join whose inputs are already partitioned by some of its keys reuses that partitioning. The stream join
+# (ops/join.py) shuffles its records once by (task, key), then range-joins on (task, key, time bucket), groups
+# per record and orders each record's pairs: with Spark's default every one of those steps shuffles again.
+ENGINE_CONF = {"spark.sql.requireAllClusterKeysForCoPartition": "false"}
 # A command run from the shell on a small input is over in seconds: there the JVM's optimizing compiler (C2)
 # spends the run compiling code it never gets to reuse, and parallel GC threads compete for the same cores.
 # The demo job (20,000 records, a new process each time) took 40-47 s with the defaults and 30-32 s with these
@@ -92,7 +96,8 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
     if conf["master"]:
         builder = builder.master(conf["master"])
     python = {} if os.environ.get("BACKFILL_DEBUG") else PYTHON_CONF
-    settings = {**DELTA_CONF, **python, **{k: str(v) for k, v in (conf.get("config") or {}).items()}, **env_config()}
+    profile_conf = {k: str(v) for k, v in (conf.get("config") or {}).items()}
+    settings = {**DELTA_CONF, **ENGINE_CONF, **python, **profile_conf, **env_config()}
     if "spark.jars.packages" not in settings:  # a cluster profile may name Maven coordinates instead
         settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *project_jars()]))
     for key, value in settings.items():

@@ -35,3 +35,30 @@ def test_hot_key_evaluates_about_the_pairs_it_emits(tmp_path, spark):
         .executedPlan().toString()
     assert "l_bucket" in plan and "Join" in plan
     assert "CartesianProduct" not in plan and "NestedLoopJoin" not in plan
+
+
+def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
+    """One exchange by (task, key): the range join, the per-record flags and the pairs' ordering window reuse it."""
+    from backfill.ops.join import FLAG_COLUMNS, _joined_rows, _outer_flags
+
+    rows = [(t, k, i, 10 * i, side, 0, f"v{i}", 10 * i, "x", t, i, side, 10 * i, 10 * i, k)
+            for t in range(2) for k in ("a", "b") for i in range(20) for side in (LEFT, RIGHT)]
+    recs = spark.createDataFrame(rows, "task int, key string, seq long, ts long, _side int, _sst_other long, "
+                                 "value string, timestamp long, topic string, partition int, offset long, "
+                                 "_side2 int, _stj long, _to long, _korder string").drop("_side2")
+    joinable = recs.repartition("task", "key")
+    w = JoinWindows(before=20, after=20, grace=5)
+    previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # as with inputs too large to broadcast
+    try:
+        candidates = _pair_join(joinable, joinable, w, "both", wide=True, how="left")
+        frame = _joined_rows(candidates.where(F.col("r_seq").isNotNull()), "left.value").unionByName(
+            _outer_flags(candidates, joinable, LEFT).select(
+                "task", "key", F.lit("f").alias("value"), "ts", F.col("seq").alias("_out_seq"),
+                F.lit(0).alias("_phase"), F.lit(0).cast("long").alias("_idx")))
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
+    assert set(FLAG_COLUMNS) <= set(recs.columns)
+    exchanges = [line for line in plan.splitlines() if "Exchange hashpartitioning" in line]
+    assert exchanges and all("hashpartitioning(task#" in line and ", key#" in line for line in exchanges), plan

@@ -4,7 +4,9 @@ Set-based where the rule allows it. A pair (l, r) of equal key in one task is em
 the two in task order (`seq`) is processed, iff the earlier lies in the later one's [from, to] (10.1) and is
 still retained by its window store: ts > storeST - R, storeST being the running max of that store's writes
 in task order (9). Pairs come from a range join on (task, key, time bucket) whose condition carries the
-bounds and the retention, so a hot key costs about the pairs it emits, never its cross product.
+bounds and the retention, so a hot key costs about the pairs it emits, never its cross product. The records
+are shuffled once by (task, key): the range join, the per-record flags and the ordering of each record's
+pairs all run where the records lie.
 Non-joined rows of left/outer joins emitted at once (fix disabled, `to < ST_j`, null keys; 10.2) are
 set-based too. The rows that wait in the outer store depend on the sequence of triggers (t == ST_j), the
 minTime heuristic and the outer-store order (10.3, 10.4): a small per-task kernel replays only those.
@@ -178,31 +180,36 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     w = JoinWindows.of(spec)
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
     recs = _records(ordered, op, st, w)  # a projection of the task order, which the caller materialises
-    joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
-    rows = _joined_rows(_pair_join(joinable, joinable, w, "both", wide=True), joiner)
+    # shuffled once per query by (task, key): the range join, the flags and the ordering window then need no
+    # other exchange of the records (the session lets a join on (task, key, bucket) reuse it, session.py)
+    joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull()).repartition("task", "key")
+    sides = outer_sides(spec)
+    # one range join gives the pairs and, null-extended, the left records without any visible row
+    candidates = _pair_join(joinable, joinable, w, "both", wide=True, how="left" if LEFT in sides else "inner")
+    pairs = candidates.where(F.col("r_seq").isNotNull()) if LEFT in sides else candidates
+    rows = _joined_rows(pairs, joiner)
     if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
         rows = rows.unionByName(_non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull()
                                                        & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner))
     cached: tuple[DataFrame, ...] = ()
     incomplete = None
-    if outer_sides(spec):
-        flags = functools.reduce(DataFrame.unionByName, [_outer_flags(joinable, w, side)
-                                                         for side in outer_sides(spec)])
+    if sides:
+        flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side) for side in sides])
         lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
         now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
-        rows = rows.unionByName(_non_joined(_with_values(recs, now), F.col("seq"), IMMEDIATE, joiner))
+        rows = rows.unionByName(_non_joined(_with_values(joinable, now), F.col("seq"), IMMEDIATE, joiner))
         cached += (lone,)
         if not w.eager:
             kernel = _outer_store(lone, joinable, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
             emitted = kernel.where(F.col("out_seq").isNotNull())
-            rows = rows.unionByName(_non_joined(_with_values(recs, emitted), F.col("out_seq"), TRIGGERED, joiner,
-                                                F.col("idx")))
+            rows = rows.unionByName(_non_joined(_with_values(joinable, emitted), F.col("out_seq"), TRIGGERED,
+                                                joiner, F.col("idx")))
             incomplete = kernel.where(F.col("out_seq").isNull()).select("ts", "task", "seq")
             cached += (kernel,)
     # refused by its store and found nothing on arrival: no effect at all (an outer side still gives a row)
     refused = joinable.where(F.col("_refused") & ~F.col("_outer"))
     expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti") \
-        if len(outer_sides(spec)) < 2 else recs.where(F.lit(False))
+        if len(sides) < 2 else recs.where(F.lit(False))
     ledger = _null_ledger(recs, op.name, rules).unionByName(ledger_rows(
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", "value", "ts",
@@ -267,10 +274,12 @@ def bucketed(left: DataFrame, right: DataFrame, w: JoinWindows, wide: bool = Fal
     return lrows, rrows, equi
 
 
-def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool) -> DataFrame:
-    """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (9, 10.1)."""
-    lrows, rrows, equi = bucketed(left, right, w, wide)
-    return lrows.join(rrows, equi & _visible(w, direction))
+def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool,
+               how: str = "inner") -> DataFrame:
+    """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (9, 10.1).
+    `how="left"` also gives each left row without any visible pair once per bucket, null-extended."""
+    lrows, rrows, equi = bucketed(left, right, w, wide, extra=FLAG_COLUMNS if how == "left" else ())
+    return lrows.join(rrows, equi & _visible(w, direction), how)
 
 
 def _visible(w: JoinWindows, direction: str) -> Column:
@@ -303,7 +312,7 @@ def _joined_rows(pairs: DataFrame, joiner: str) -> DataFrame:
         F.when(left_later, F.col("r_ts")).otherwise(F.col("l_ts")).alias("_e_ts"),
         F.least("l_seq", "r_seq").alias("_e_seq")).select(
         "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_e_ts", "_e_seq")
-    order = Window.partitionBy("task", "_out_seq").orderBy("_e_ts", "_e_seq")
+    order = Window.partitionBy("task", "key", "_out_seq").orderBy("_e_ts", "_e_seq")  # key: see join()
     return rows.withColumn("_idx", (F.row_number().over(order) - 1).cast("long")).drop("_e_ts", "_e_seq")
 
 
@@ -328,19 +337,24 @@ def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:
         F.raise_error(F.lit("a record emitted 2^30 join results or more; emit_seq cannot order them")))
 
 
-def _outer_flags(joinable: DataFrame, w: JoinWindows, side: int) -> DataFrame:
+def _outer_flags(candidates: DataFrame, joinable: DataFrame, side: int) -> DataFrame:
     """Per record of an outer side: `matched` (it found a visible row when processed, 10.2 step 5) and
-    `del_seq` (the first later record joining it, which deletes its outer-store entry), from one left
-    outer range join: a record without any visible pair comes out once, null-extended."""
-    lrows, rrows, equi = bucketed(joinable, joinable, w, extra=FLAG_COLUMNS)
-    this, other = ("l", "r") if side == LEFT else ("r", "l")
-    mine, theirs = (lrows, rrows) if side == LEFT else (rrows, lrows)
-    seq, other_seq = F.col(f"{this}_seq"), F.col(f"{other}_seq")
-    rows = mine.join(theirs, equi & _visible(w, "both"), "left")
-    return rows.groupBy(F.col(f"{this}_task").alias("task"), seq.alias("seq")).agg(
-        *[F.any_value(f"{this}_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)],
-        F.max(F.coalesce(seq > other_seq, F.lit(False))).alias("matched"),
-        F.min(F.when(other_seq > seq, other_seq)).alias("del_seq"))
+    `del_seq` (the first later record joining it, which deletes its outer-store entry).
+
+    `candidates` is the left outer range join (_pair_join how="left"), grouped where it lies: its rows are
+    partitioned by (task, key) already, and a pair's two records share task and key."""
+    task, key = F.col("l_task").alias("task"), F.col("l_key").alias("key")
+    if side == LEFT:
+        return candidates.groupBy(task, key, F.col("l_seq").alias("seq")).agg(
+            *[F.any_value(f"l_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)],
+            F.max(F.coalesce(F.col("l_seq") > F.col("r_seq"), F.lit(False))).alias("matched"),
+            F.min(F.when(F.col("r_seq") > F.col("l_seq"), F.col("r_seq"))).alias("del_seq"))
+    found = candidates.where(F.col("r_seq").isNotNull()).groupBy(task, key, F.col("r_seq").alias("seq")).agg(
+        F.max(F.col("r_seq") > F.col("l_seq")).alias("matched"),
+        F.min(F.when(F.col("l_seq") > F.col("r_seq"), F.col("l_seq"))).alias("del_seq"))
+    mine = joinable.where(F.col("_side") == RIGHT).select("task", "key", "seq", "ts", *FLAG_COLUMNS)
+    return mine.join(found, ["task", "key", "seq"], "left").select(
+        "task", "key", "seq", "ts", *FLAG_COLUMNS, F.coalesce("matched", F.lit(False)).alias("matched"), "del_seq")
 
 
 def _matched_later(later: DataFrame, joinable: DataFrame, w: JoinWindows) -> DataFrame:
@@ -351,9 +365,11 @@ def _matched_later(later: DataFrame, joinable: DataFrame, w: JoinWindows) -> Dat
 
 
 def _with_values(recs: DataFrame, picked: DataFrame) -> DataFrame:
-    """The record columns of picked (task, seq) rows, keeping picked's extra columns."""
-    extra = [c for c in picked.columns if c not in recs.columns or c in ("task", "seq")]
-    return recs.join(picked.select(*extra), ["task", "seq"])
+    """The record columns of picked (task, seq) rows, keeping picked's extra columns; on (task, key, seq)
+    when picked has the key (recs partitioned by (task, key) then need no exchange)."""
+    on = [c for c in ("task", "key", "seq") if c in picked.columns]
+    extra = [c for c in picked.columns if c not in recs.columns or c in on]
+    return recs.join(picked.select(*extra), on)
 
 
 def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFrame:

@@ -1,6 +1,8 @@
 """A hot key costs the pairs it emits: the range join is an equi-join on (task, key, time bucket) plus bounds."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -38,14 +40,15 @@ def test_hot_key_evaluates_about_the_pairs_it_emits(tmp_path, spark):
 
 
 def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
-    """One exchange by (task, key): the range join, the per-record flags and the pairs' ordering window reuse it."""
-    from backfill.ops.join import FLAG_COLUMNS, _joined_rows, _outer_flags
+    """One exchange by (task, key): the range join, the per-record flags and the pairs' ordering window reuse it
+    (session.py ENGINE_CONF); with Spark's default each of them shuffles again and this test fails."""
+    from backfill.ops.join import _joined_rows, _outer_flags
 
-    rows = [(t, k, i, 10 * i, side, 0, f"v{i}", 10 * i, "x", t, i, side, 10 * i, 10 * i, k)
+    rows = [(t, k, i, 10 * i, side, 0, f"v{i}", 10 * i, "x", t, i, 10 * i, 10 * i, k)
             for t in range(2) for k in ("a", "b") for i in range(20) for side in (LEFT, RIGHT)]
     recs = spark.createDataFrame(rows, "task int, key string, seq long, ts long, _side int, _sst_other long, "
                                  "value string, timestamp long, topic string, partition int, offset long, "
-                                 "_side2 int, _stj long, _to long, _korder string").drop("_side2")
+                                 "_stj long, _to long, _korder string")
     joinable = recs.repartition("task", "key")
     w = JoinWindows(before=20, after=20, grace=5)
     previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
@@ -59,6 +62,7 @@ def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
         plan = frame._jdf.queryExecution().executedPlan().toString()
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", previous)
-    assert set(FLAG_COLUMNS) <= set(recs.columns)
-    exchanges = [line for line in plan.splitlines() if "Exchange hashpartitioning" in line]
-    assert exchanges and all("hashpartitioning(task#" in line and ", key#" in line for line in exchanges), plan
+    exchanges = [line for line in plan.splitlines() if "Exchange" in line]
+    assert exchanges, plan
+    assert all(re.search(r"Exchange hashpartitioning\(task#\d+, key#\d+, \d+\), REPARTITION_BY_COL", line)
+               for line in exchanges), plan

@@ -45,8 +45,14 @@ class PublishResult:
 
 
 def is_delta_table(path: str) -> bool:
-    """True when `path` holds a Delta log."""
-    return os.path.isdir(os.path.join(path, "_delta_log"))
+    """True when `path` holds a Delta log with a commit (or a checkpoint): a table's first commit creates the
+    log folder a moment before its first commit file, and a reader then must not take it for a table."""
+    log = os.path.join(path, "_delta_log")
+    if not os.path.isdir(log):
+        return False
+    return any(name == "_last_checkpoint" or (name.split(".")[0].isdigit() and
+                                              (name.endswith(".json") or ".checkpoint." in name))
+               for name in os.listdir(log))
 
 
 def table_version(path: str) -> int | None:

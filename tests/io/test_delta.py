@@ -13,7 +13,8 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill.errors import PublishError, SourceError
-from backfill.io.delta import append_delta, history, read_delta, replace_range, table_version, vacuum
+from backfill.io.delta import (append_delta, history, is_delta_table, read_delta, replace_range, table_version,
+                               vacuum)
 
 pytestmark = pytest.mark.spark
 SCHEMA = "ts long, v string"
@@ -80,6 +81,14 @@ def test_range_edges_are_start_inclusive_end_exclusive(spark: SparkSession, tmp_
     path = _table(spark, tmp_path / "t", [(t, "old") for t in (2, 3, 6, 7)])
     replace_range(spark, spark.createDataFrame([], SCHEMA), path, column="ts", start=3, end=7)
     assert _rows(read_delta(spark, path)) == [(2, "old"), (7, "old")]
+
+
+def test_a_log_folder_without_a_commit_is_not_a_table_yet(tmp_path: Path) -> None:
+    """A first commit creates `_delta_log` a moment before its commit file: a reader then sees no table."""
+    (tmp_path / "t" / "_delta_log").mkdir(parents=True)
+    assert not is_delta_table(str(tmp_path / "t")) and table_version(str(tmp_path / "t")) is None
+    write_deltalake(str(tmp_path / "t"), pa.table({"x": [1]}), mode="append")
+    assert is_delta_table(str(tmp_path / "t"))
 
 
 def test_replace_on_empty_location_creates_the_table(spark: SparkSession, tmp_path: Path) -> None:

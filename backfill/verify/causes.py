@@ -410,7 +410,10 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
         for name, kind in empty.items():
             out = out.withColumn(name, F.lit(None).cast(kind))
         return out.withColumn("_reemit", F.lit(False)).withColumn("_restart_at", F.lit(None).cast("long"))
-    open_ = mem.join(late.select("key", "window_start"), ["key", "window_start"], "left_anti")
+    # a window the stream's accepting late records explains is not searched; one explained by records dropped is
+    # (a restart proven there explains it better, `_assign`)
+    open_ = mem.join(late.where(F.col("variant") > 0).select("key", "window_start"), ["key", "window_start"],
+                     "left_anti")
     rows = restarts.variants(open_, points)
     chosen = restarts.choose(reproducing(rows, nonmatch, aggs, cmp, windows))
     shown = restarts.variant_records(mem, chosen)
@@ -495,10 +498,13 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     # recomputation there proves nothing)
     boundary = F.col("_end_open") | F.col("_start_open") | F.col("_outside")
     kind = F.when(~only_order & ~boundary, F.floor(F.col("restart_variant") / 10**6))
+    # records the backfill accepted behind stream time that the stream dropped: a restart explains the same value
+    # better where one is proven (a restarted task's stream time starts over lower; it drops fewer, never more)
+    late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
     cause = (F.when(F.col("category") == dup, F.when(F.col("_reemit"), F.lit("reemitted"))
                     .when(F.col("_copies") >= F.col("_extra"), F.lit("duplicate_delivery"))
                     .otherwise(F.lit("unexplained")))
-             .when(F.col("variant").isNotNull(), F.lit("late_drop_differs"))
+             .when(late, F.lit("late_drop_differs"))
              .when(kind == restarts.DOUBLE, F.lit("reprocessed_after_restart"))
              .when(kind == restarts.SUFFIX, F.lit("state_lost_on_restore"))
              .when(only_order, F.lit("tie_order"))
@@ -512,7 +518,7 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
         "last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at))
         .when(F.col("category") == dup, F.format_string(
             "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
-        .when(F.col("variant").isNotNull(), late_detail)
+        .when(late, late_detail)
         .when(kind == restarts.DOUBLE, F.format_string(
             "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
             "store restored after the restart already held them and they were processed again; %s",

@@ -343,7 +343,7 @@ def _narrowed(records: DataFrame, fields: set[str] | None) -> DataFrame:
     """A JSON value narrowed to the fields the operators read, right after parsing (which still checks the
     whole value against its schema): what is dropped here is neither shuffled, sorted nor stored."""
     dtype = records.schema["value"].dataType
-    if fields is None or not isinstance(dtype, T.StructType):
+    if fields is None or not isinstance(dtype, T.StructType) or not dtype.fields:  # no fields (values `{}`)
         return records
     kept = [f.name for f in dtype.fields if f.name.lower() in fields] or [dtype.fields[0].name]  # null stays null
     if len(kept) == len(dtype.fields):

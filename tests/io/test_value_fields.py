@@ -96,3 +96,14 @@ def test_a_job_that_reads_no_field_of_a_text_only_value(tmp_path, spark):
     assert got.code == 0, got.stderr
     assert max(got.outputs["agg"], key=lambda r: r["emit_seq"])["n"] == 5
     assert [(r["offset"], r["reason"]) for r in got.ledger] == [(5, "unreadable")]
+
+
+def test_values_that_are_all_empty_objects(tmp_path, spark):
+    """No schema, every value `{}`: the value has no field to keep; the run counts every record."""
+    job = _job(tmp_path, "{n: count()}").replace(f", schema: {tmp_path / 'click.json'}", "")
+    pq.write_table(pa.table({"partition": [0] * 3, "offset": [0, 1, 2], "key": ["k"] * 3, "value": ["{}"] * 3,
+                             "timestamp": [10, 11, 12]}), tmp_path / "inputs" / "clicks.parquet")  # in place of _job's
+    assert "schema" not in job
+    got = run_job(tmp_path, job, {})
+    assert got.code == 0, got.stderr
+    assert max(got.outputs["agg"], key=lambda r: r["emit_seq"])["n"] == 3 and got.ledger == []

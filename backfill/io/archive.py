@@ -8,18 +8,49 @@ Backfills that read the archive stay reproducible after Kafka's retention has de
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill.errors import SourceError
 from backfill.io.delta import append_delta, is_delta_table, read_delta
 from backfill.io.kafka import READ_COMMITTED, OffsetRange, TIMEOUT_S, client_config, partitions, read_kafka
-from backfill.jobspec.models import KafkaSpec
+from backfill.jobspec.models import KafkaSpec, SourceSpec
 
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestamp_type", "headers")
+COVERED = "backfill.archive.offsets"  # commit metadata: {partition: [start, end)} the commit read
+
+
+def covered_offsets(path: str) -> dict[tuple[str, int], list[tuple[int, int]]] | None:
+    """Per (topic, partition) of an archive written by `archive_topic` only, the offset ranges [start, end) its
+    commits read from the broker (a read_committed consumer: inside them, an offset without a record is a
+    commit marker or an aborted record). None when that is not known for every commit: a table another writer
+    changed (a delete, an append), or whose first commits the log no longer holds."""
+    from deltalake import DeltaTable as Log
+
+    try:
+        commits = Log(path).history()
+    except Exception:  # noqa: BLE001 - not a table deltalake reads: nothing known
+        return None
+    if not commits or min(c.get("version", 0) for c in commits) != 0:
+        return None
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for commit in commits:
+        operation = commit.get("operation")
+        if operation in ("VACUUM START", "VACUUM END", "OPTIMIZE"):  # files rewritten, the rows are the same
+            continue
+        try:
+            meta = json.loads(commit.get("userMetadata") or "{}")
+            ranges = json.loads(meta[COVERED])
+            topic = meta["backfill.archive"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        for partition, (start, end) in ranges.items():
+            out.setdefault((topic, int(partition)), []).append((int(start), int(end)))
+    return out
 
 
 def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
@@ -41,7 +72,11 @@ def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
         records = read_kafka(spark, spec, [r for r in ranges if r.records]).select(
             "topic", "partition", "offset", "key", "value", F.unix_millis("timestamp").alias("timestamp"),
             "timestamp_type", "headers")
-        version = append_delta(spark, records, path, metadata={"backfill.archive": topic})
+        # the offsets this commit covers: an offset inside them that is not archived is a transaction's marker or
+        # an aborted record, never a record lost (verify's `missing_input` reads it, `covered_offsets`)
+        covered = {str(r.partition): [r.start, r.end] for r in ranges if r.records}
+        version = append_delta(spark, records, path, metadata={"backfill.archive": topic,
+                                                               COVERED: json.dumps(covered, sort_keys=True)})
         rows = _rows_added(path, version)
     # offsets and records differ on transactional topics: commit markers and aborted records hold offsets
     return {"topic": topic, "path": path, "records": rows, "offsets": total, "version": version,
@@ -89,3 +124,19 @@ def _rows_added(path: str, version: int) -> int:
 
     commit = next(h for h in DeltaTable(path).history(5) if h.get("version") == version)
     return int(commit.get("operationMetrics", {}).get("numOutputRows", 0))
+
+
+def committed_ranges(spark: SparkSession, spec: SourceSpec, location: str) -> DataFrame | None:
+    """The offsets of a source read as a read_committed consumer reads them, as (partition, c_from, c_to):
+    [c_from, c_to) of partition (null: every partition). An offset inside them without a record is a commit
+    marker or an aborted record, not a record missing. A Kafka source: every offset it read; an archive
+    `archive_topic` wrote: what its commits read (`covered_offsets`); anything else: None (nothing known)."""
+    schema = "partition int, c_from long, c_to long"
+    if spec.format == "kafka":
+        return spark.createDataFrame([(None, -(2**62), 2**62)], schema)
+    if spec.format != "delta":
+        return None
+    covered = covered_offsets(location)
+    if not covered or len({topic for topic, _ in covered}) != 1:  # one topic: a partition names one log
+        return None
+    return spark.createDataFrame([(p, a, b) for (_, p), spans in covered.items() for a, b in spans], schema)

@@ -46,6 +46,7 @@ from backfill.verify import restarts
 from backfill.verify.joins import JOIN_CAUSES
 from backfill.verify.reconcile import BROADCAST_KEYS, MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
+from backfill.verify.tables import source_committed_ranges, without_committed_gaps
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
           *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "unexplained")
@@ -196,8 +197,11 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
                 order.rowsBetween(Window.unboundedPreceding, -1)))
             .where(F.col("offset") - F.col("_prev") > 1)
             .select("partition", (F.col("_prev") + 1).alias("gap_from"), (F.col("offset") - 1).alias("gap_to"),
-                    "st_before", F.col("ts").alias("ts_after"))
-            .limit(MAX_GAPS))
+                    "st_before", F.col("ts").alias("ts_after")))
+    committed = None if op.aggregate.group_by is not None else source_committed_ranges(spark, plan, op.aggregate.input)
+    if committed is not None:  # transaction markers and aborted records: offsets no consumer of the topic saw
+        gaps = without_committed_gaps(gaps, committed)
+    gaps = gaps.limit(MAX_GAPS)
     late_schema = "partition int, offset long, window_start long, stream_time long"
     if ledger is None:
         late = spark.createDataFrame([], late_schema)

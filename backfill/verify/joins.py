@@ -52,7 +52,7 @@ from backfill.plan.definition import Plan
 from backfill.session import release
 from backfill.time.extract import extract
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
-from backfill.verify.tables import is_topic_archive
+from backfill.verify.tables import is_topic_archive, source_committed_ranges, without_committed_gaps
 
 MOVED = "moved"
 JOIN_CAUSES = ("expired_differs", "partner_after_close", "emit_throttle", "processing_order")
@@ -184,9 +184,12 @@ def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame:
         read = read_source(spark, plan.job, source, plan.source(source).rank, headers=False)
         df = extract(read.records, spec.timestamp, source).select("topic", "partition", "offset", "ts")
         order = Window.partitionBy("topic", "partition").orderBy("offset")
-        frames.append(df.select(F.col("partition").alias("task"), "topic", (F.lag("offset").over(order) + 1).alias(
+        gaps = df.select(F.col("partition").alias("task"), "topic", (F.lag("offset").over(order) + 1).alias(
             "gap_from"), (F.col("offset") - 1).alias("gap_to"), F.lag("ts").over(order).alias("ts_before"),
-            F.col("ts").alias("ts_after")).where(F.col("gap_to") >= F.col("gap_from")))
+            F.col("ts").alias("ts_after")).where(F.col("gap_to") >= F.col("gap_from"))
+        committed = source_committed_ranges(spark, plan, source)
+        # transaction markers and aborted records: offsets the application never saw either
+        frames.append(gaps if committed is None else without_committed_gaps(gaps, committed, "task"))
     return functools.reduce(DataFrame.unionByName, frames)
 
 

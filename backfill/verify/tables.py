@@ -12,6 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
+from backfill.io.archive import committed_ranges
+from backfill.plan.definition import Plan
 
 _VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
 _TOPIC = re.compile(r"^kafka://(?P<bootstrap>[^/]+)/(?P<topic>[^/]+)$")
@@ -145,3 +147,19 @@ def decode_window_topic(df: DataFrame, size_ms: int, values: T.StructType, where
                      (start + F.lit(size_ms)).alias("window_end"),
                      *[parsed[f.name].alias(f.name) for f in values.fields],
                      F.col("timestamp").cast("long").alias("ts"), "partition", "offset")
+
+
+def source_committed_ranges(spark: SparkSession, plan: Plan, source: str) -> DataFrame | None:
+    """io/archive.py `committed_ranges` of a source of the job: where an offset gap is no record missing."""
+    spec = plan.job.spec.sources[source]
+    location = "" if spec.format == "kafka" else plan.job.resolve(spec.path or "")
+    return committed_ranges(spark, spec, location)
+
+
+def without_committed_gaps(gaps: DataFrame, committed: DataFrame, partition: str = "partition") -> DataFrame:
+    """`gaps` (gap_from, gap_to, per `partition`) but those inside a range read as committed (`committed_ranges`):
+    commit markers and aborted records, which the application never saw either."""
+    c = F.broadcast(committed.select(F.col("partition").alias("_cp"), "c_from", "c_to"))
+    inside = ((F.col("_cp").isNull() | (F.col(partition) == F.col("_cp")))
+              & (F.col("gap_from") >= F.col("c_from")) & (F.col("gap_to") < F.col("c_to")))
+    return gaps.join(c, inside, "left_anti")

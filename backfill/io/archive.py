@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 
 from backfill.errors import SourceError
 from backfill.io.delta import append_delta, is_delta_table, read_delta
-from backfill.io.kafka import READ_COMMITTED, OffsetRange, TIMEOUT_S, client_config, partitions, read_kafka
+from backfill.io.kafka import (READ_COMMITTED, TIMEOUT_S, OffsetRange, client_config, compacted, partitions,
+                               read_kafka)
 from backfill.jobspec.models import KafkaSpec, SourceSpec
 
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestamp_type", "headers")
@@ -74,9 +75,13 @@ def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
             "timestamp_type", "headers")
         # the offsets this commit covers: an offset inside them that is not archived is a transaction's marker or
         # an aborted record, never a record lost (verify's `missing_input` reads it, `covered_offsets`)
-        covered = {str(r.partition): [r.start, r.end] for r in ranges if r.records}
-        version = append_delta(spark, records, path, metadata={"backfill.archive": topic,
-                                                               COVERED: json.dumps(covered, sort_keys=True)})
+        # (not on a compacted topic: compaction removes records from inside the log, records the application
+        # may have seen; nor when the broker does not say)
+        metadata = {"backfill.archive": topic}
+        if compacted(bootstrap, topic) is False:
+            covered = {str(r.partition): [r.start, r.end] for r in ranges if r.records}
+            metadata[COVERED] = json.dumps(covered, sort_keys=True)
+        version = append_delta(spark, records, path, metadata=metadata)
         rows = _rows_added(path, version)
     # offsets and records differ on transactional topics: commit markers and aborted records hold offsets
     return {"topic": topic, "path": path, "records": rows, "offsets": total, "version": version,
@@ -133,6 +138,9 @@ def committed_ranges(spark: SparkSession, spec: SourceSpec, location: str) -> Da
     `archive_topic` wrote: what its commits read (`covered_offsets`); anything else: None (nothing known)."""
     schema = "partition int, c_from long, c_to long"
     if spec.format == "kafka":
+        assert spec.kafka is not None
+        if compacted(spec.kafka.bootstrap, spec.kafka.topic) is not False:  # compaction gaps: records maybe seen
+            return None
         return spark.createDataFrame([(None, -(2**62), 2**62)], schema)
     if spec.format != "delta":
         return None

@@ -159,6 +159,22 @@ def read_topic(spark: SparkSession, source: SourceSpec, name: str, read_from: in
     return read_kafka(spark, source.kafka, ranges, headers), ranges
 
 
+def compacted(bootstrap: str, topic: str) -> bool | None:
+    """Whether the topic's cleanup.policy compacts (compaction removes records from inside the log, so an offset
+    without a record may be one the application saw); None when the broker does not say."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(client_config(bootstrap))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
+    except (KafkaException, ValueError, TypeError):
+        return None
+    policy = configs.get("cleanup.policy")
+    return None if policy is None or policy.value is None else "compact" in policy.value
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create a topic (one replica, no retention by time or size: archived data is often old)."""
     from confluent_kafka.admin import AdminClient, NewTopic

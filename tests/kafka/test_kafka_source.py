@@ -310,3 +310,33 @@ def test_transaction_markers_in_the_input_are_no_missing_input(tmp_path, kafka_b
                                        "--report", str(tmp_path / "report-deleted")])
     causes = json.loads(checked.stdout)["causes"]
     assert (checked.exit_code, causes["missing_input"], causes["unexplained"]) == (0, 1, 0), causes
+
+
+def test_a_compacted_topics_gaps_stay_evidence(tmp_path, kafka_broker, spark):
+    """Compaction removes records from inside the log, records the application may have seen: neither the
+    archive of a compacted topic nor the topic itself claims its gaps are markers."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from backfill.io.archive import COVERED, committed_ranges
+    from backfill.io.delta import history
+    from backfill.jobspec.models import SourceSpec
+
+    compacted, plain = f"c{uuid.uuid4().hex[:8]}", f"p{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    futures = admin.create_topics([NewTopic(compacted, 1, 1, config={"cleanup.policy": "compact"}),
+                                   NewTopic(plain, 1, 1)])
+    for f in futures.values():
+        f.result(30)
+    metadata = {}
+    for topic in (compacted, plain):
+        produce(kafka_broker.bootstrap, topic, [{"partition": 0, "key": "k", "value": "v", "timestamp": BASE}])
+        done = CliRunner().invoke(app, ["archive", "--bootstrap", kafka_broker.bootstrap, "--topic", topic, "--to",
+                                        str(tmp_path / topic), "--json"])
+        assert done.exit_code == 0, done.stderr
+        [commit] = history(None, str(tmp_path / topic))
+        metadata[topic] = json.loads(commit["userMetadata"])
+        source = SourceSpec.model_validate({"format": "kafka", "kafka": {"bootstrap": kafka_broker.bootstrap,
+                                                                         "topic": topic}})
+        known = committed_ranges(spark, source, "")
+        assert (known is None) == (topic == compacted)
+    assert COVERED not in metadata[compacted] and json.loads(metadata[plain][COVERED]) == {"0": [0, 1]}

@@ -74,9 +74,8 @@ def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
             "topic", "partition", "offset", "key", "value", F.unix_millis("timestamp").alias("timestamp"),
             "timestamp_type", "headers")
         # the offsets this commit covers: an offset inside them that is not archived is a transaction's marker or
-        # an aborted record, never a record lost (verify's `missing_input` reads it, `covered_offsets`)
-        # (not on a compacted topic: compaction removes records from inside the log, records the application
-        # may have seen; nor when the broker does not say)
+        # an aborted record, never a record lost (`covered_offsets`, for verify's `missing_input`). Not recorded
+        # for a compacted topic (compaction removes records the application may have seen) or when unknown.
         metadata = {"backfill.archive": topic}
         if compacted(bootstrap, topic) is False:
             covered = {str(r.partition): [r.start, r.end] for r in ranges if r.records}

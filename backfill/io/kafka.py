@@ -169,7 +169,7 @@ def compacted(bootstrap: str, topic: str) -> bool | None:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
-    except (KafkaException, ValueError, TypeError):
+    except (KafkaException, TimeoutError, ValueError, TypeError):
         return None
     policy = configs.get("cleanup.policy")
     return None if policy is None or policy.value is None else "compact" in policy.value

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from backfill.errors import SourceError
-from backfill.io.delta import append_delta, is_delta_table, read_delta
+from backfill.io.delta import append_delta, history, is_delta_table, read_delta
 from backfill.io.kafka import (READ_COMMITTED, TIMEOUT_S, OffsetRange, client_config, compacted, partitions,
                                read_kafka)
 from backfill.jobspec.models import KafkaSpec, SourceSpec
@@ -30,10 +30,8 @@ def covered_offsets(path: str) -> dict[tuple[str, int], list[tuple[int, int]]] |
     commits read from the broker (a read_committed consumer: inside them, an offset without a record is a
     commit marker or an aborted record). None when that is not known for every commit: a table another writer
     changed (a delete, an append), or whose first commits the log no longer holds."""
-    from deltalake import DeltaTable as Log
-
     try:
-        commits = Log(path).history()
+        commits = history(None, path, None)
     except Exception:  # noqa: BLE001 - not a table deltalake reads: nothing known
         return None
     if not commits or min(c.get("version", 0) for c in commits) != 0:

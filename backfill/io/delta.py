@@ -242,9 +242,9 @@ def _result(spark: SparkSession, path: str, rows: int) -> PublishResult:
                          get("numRemovedFiles"), get("numCopiedRows"))
 
 
-def history(spark: SparkSession | None, path: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The newest `limit` commits of a table, newest first (version, timestamp in epoch ms, operation,
-    operationMetrics, userMetadata); read from the log directly (milliseconds, no Spark job)."""
+def history(spark: SparkSession | None, path: str, limit: int | None = 20) -> list[dict[str, Any]]:
+    """The newest `limit` commits of a table (None: all the log holds), newest first (version, timestamp in
+    epoch ms, operation, operationMetrics, userMetadata); read from the log directly (milliseconds, no Spark job)."""
     from deltalake import DeltaTable as Log
 
     keys = ("version", "timestamp", "operation", "operationMetrics", "userMetadata")

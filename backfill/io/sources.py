@@ -5,10 +5,11 @@ tie-break of the task order) and `_problem` (why a record is unreadable, else nu
 """
 from __future__ import annotations
 
+import hashlib
 import json
-
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,6 +39,9 @@ class SourceRead:
     version: int | None = None
     offsets: dict[int, tuple[int, int]] | None = None  # Kafka: [start, end) per partition, as read
     partitions: int | None = None  # Kafka: the topic's partition count
+    content: str | None = None  # the input's fingerprint (`content_fingerprint`), when it has one
+    # with `raw_values`: turns a frame's undecoded `value` column into the decoded one (else: identity)
+    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
 
     def manifest(self, fmt: str) -> dict[str, object]:
         """What the run manifest records about this input (enough to read the same records again)."""
@@ -45,17 +49,53 @@ class SourceRead:
         if self.offsets is not None:
             out["offsets"] = {str(p): list(r) for p, r in sorted(self.offsets.items())}
             out["partitions"] = self.partitions
+        if self.content is not None:
+            out["content"] = self.content
         return out
 
 
+def content_fingerprint(job: Job, name: str, location: str, version: int | None) -> str | None:
+    """A file or Delta source's input as one hash: the source's settings (with its value schema's text) and
+    what is stored (a Delta table's version; else every file's path, size and modification time). Equal
+    fingerprints: the same records, decoded by the same rules. None for a Kafka source (a topic grows and is
+    compacted under the same name) and a Delta table read as of a timestamp."""
+    spec = job.spec.sources[name]
+    if spec.format == "kafka" or (spec.format == "delta" and version is None):
+        return None
+    parts: list[object] = [spec.model_dump(mode="json", by_alias=True)]
+    if spec.value.schema_:
+        with open(job.resolve(spec.value.schema_)) as fh:
+            parts.append(fh.read())
+    if spec.format == "delta":
+        parts.append(["version", version])
+    else:
+        parts.append(_listing(location))
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _listing(location: str) -> list[tuple[str, int, int]]:
+    """Every file under `location` (or the file itself): relative path, size, modification time (ns)."""
+    if os.path.isfile(location):
+        st = os.stat(location)
+        return [(os.path.basename(location), st.st_size, st.st_mtime_ns)]
+    out = []
+    for folder, _, files in os.walk(location):
+        for f in files:
+            st = os.stat(os.path.join(folder, f))
+            out.append((os.path.relpath(os.path.join(folder, f), location), st.st_size, st.st_mtime_ns))
+    return sorted(out)
+
+
 def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: int | None = None,
-                read_until: int | None = None, value_fields: set[str] | None = None, headers: bool = True
-                ) -> SourceRead:
+                read_until: int | None = None, value_fields: set[str] | None = None, headers: bool = True,
+                raw_values: bool = False) -> SourceRead:
     """Read one source of the job as canonical records (`read_from/until`: the plan's event-time bounds).
 
     `value_fields`: the JSON value's fields a run reads (None: all). Every value is still checked against the
     whole schema; only the fields no one reads are not kept. Without `headers`, a Kafka source leaves them
-    out (null), as a run whose operators never read them does."""
+    out (null), as a run whose operators never read them does. `raw_values`: values are left as stored,
+    neither decoded nor checked (no record is unreadable for its value); the read's `decode` decodes them
+    later, for the records that need it."""
     spec = job.spec.sources[name]
     if spec.format == "kafka":
         from backfill.io.kafka import read_topic
@@ -72,8 +112,17 @@ def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: 
     if spec.format != "jsonl":  # a JSONL reader maps the fields itself (they are JSON fields, not columns)
         raw = _map_columns(raw, spec, name, location)
         _check_key_column(raw, spec, name, location)
-    records = _canonical(raw, spec, name, rank, job, value_fields)
-    return SourceRead(name=name, records=records, location=location, version=version)
+    records = _canonical(raw, spec, name, rank, job, value_fields, raw_values)
+    content = content_fingerprint(job, name, location, version)
+    if not raw_values:
+        return SourceRead(name=name, records=records, location=location, version=version, content=content)
+
+    def decode(df: DataFrame) -> DataFrame:
+        decoded, value, _ = _value(df, spec, job, name)
+        return decoded.withColumn("value", value).drop("__parsed", "__text")
+
+    return SourceRead(name=name, records=records, location=location, version=version, content=content,
+                      decode=decode)
 
 
 def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[DataFrame, int | None]:
@@ -85,9 +134,10 @@ def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[Dat
         return spark.read.parquet(location), None
     from backfill.io.delta import read_delta, table_version
 
+    if spec.as_of:
+        return read_delta(spark, location, timestamp=spec.as_of), None
     version = spec.version if spec.version is not None else table_version(location)
-    df = read_delta(spark, location, version=spec.version, timestamp=spec.as_of)
-    return df, None if spec.as_of else version
+    return read_delta(spark, location, version=version), version  # the version the manifest names
 
 
 def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> DataFrame:
@@ -107,13 +157,16 @@ def _map_columns(df: DataFrame, spec: SourceSpec, name: str, location: str) -> D
 
 
 def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job,
-               value_fields: set[str] | None = None) -> DataFrame:
+               value_fields: set[str] | None = None, raw_values: bool = False) -> DataFrame:
     problem = F.col("_problem") if "_problem" in df.columns else F.lit(None).cast("string")
     problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
                                          F.lit("unreadable record: no partition or offset")))
     where = F.col("_where") if "_where" in df.columns else F.lit(None).cast(WHERE_TYPE)
     key, key_problem = _key(df, spec)
-    df, value, value_problem = _value(df, spec, job, name, value_fields)
+    if raw_values:
+        value, value_problem = F.col("value"), F.lit(None).cast("string")
+    else:
+        df, value, value_problem = _value(df, spec, job, name, value_fields)
     seq_col = spec.order_by if spec.order_by and spec.order_by in df.columns else "seq"
     out = df.select(
         F.lit(name).alias("source"), F.lit(rank).cast("int").alias("source_rank"),

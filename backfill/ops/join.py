@@ -105,7 +105,7 @@ class StreamJoin(Operator):
                        "+ after + grace before --start): both records of every result at or after --start")
         if end is not None:
             why.append("cool-down: every record after --end is read: a join has no lateness cut-off (a late record "
-                       "still joins what the other store retains, kafka-streams.md 10.2)")
+                       "still joins what the other store retains, docs/semantics.md section 5)")
         return cls(**base, warmup_ms=warmup, why=tuple(why))
 
     @property

@@ -26,7 +26,9 @@ duplicate_delivery, session_merge_differs, range_boundary; the record-level caus
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
@@ -41,6 +43,7 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.session import release as free
 from backfill.jobspec.models import OperatorSpec
+from backfill.ledger import UNREADABLE
 from backfill.time.extract import extract
 from backfill.verify import restarts
 from backfill.verify.joins import JOIN_CAUSES
@@ -75,6 +78,10 @@ class Evidence:
     ledger_read: bool
     stream_times_from: str = "re-derived from the input"  # or the run whose recorded stream times are used
     held: tuple[DataFrame, ...] = ()  # stored frames the others are built on, freed by `release`
+    # `raw` and `records` may hold values as stored (see `input_records`): `decode` turns them into the
+    # decoded values, for the few records whose values are read
+    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
+    values_checked_by: str = "decoding every input value"  # or the run whose reading of the input is reused
 
 
 def release(ev: Evidence) -> None:
@@ -93,18 +100,38 @@ def key_text(df: DataFrame, column: str = "key") -> Column:
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "ts", "timestamp", "headers")
 
 
-def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool = True
-                  ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
-    """(records reaching the operator, the same cut as the run cut them, offsets read, the stored frame they
-    are built on). `store`: the input is read several times (causes are attributed), so it is read and parsed
-    once and stored; otherwise each use reads it. Stream times are not derived here: `stream_times` does it for
-    the few records a cause needs, without ordering the whole input."""
+@dataclass(frozen=True)
+class Input:
+    """The records `gather` attributes with (see `input_records`)."""
+
+    raw: DataFrame  # records reaching the operator
+    records: DataFrame  # the same, cut as the run cut them
+    offsets: DataFrame  # every offset read: partition, offset, ts, _r (reaches the operator)
+    held: tuple[DataFrame, ...] = ()  # the stored frame they are built on
+    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
+    checked_by: str = "decoding every input value"
+
+
+def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool = True,
+                  run: dict[str, Any] | None = None) -> Input:
+    """The operator's input records. `store`: the input is read several times (causes are attributed), so it
+    is read once and stored; otherwise each use reads it. Stream times are not derived here: `stream_times`
+    does it for the few records a cause needs, without ordering the whole input.
+
+    Which records reach the operator depends on which values are unreadable, and knowing that means decoding
+    every value (most of reading the input). When `run` (the manifest of the run that published the output)
+    read this very input and found no unreadable value in it (`reusable_reading`), that decoding is not done
+    again: values are stored as read and decoded (`Input.decode`) only for the records whose values a cause
+    reads."""
     assert op.aggregate is not None
     if op.aggregate.group_by is not None:
         return _repartitioned_input(spark, plan, op)
     source = op.aggregate.input
     spec = plan.job.spec.sources[source]
-    read = read_source(spark, plan.job, source, plan.source(source).rank)
+    reuse = reusable_reading(plan, source, run)
+    read = read_source(spark, plan.job, source, plan.source(source).rank, raw_values=reuse is not None)
+    if reuse is not None and read.content != reuse[1]:  # the input changed since: every value is decoded
+        reuse, read = None, read_source(spark, plan.job, source, plan.source(source).rank)
     df = extract(read.records, spec.timestamp, source)
     # with `store`, read and parsed once and stored: the offsets, the ordered records and the samples' inputs are
     # built on it (reading and parsing is most of each pass over the input)
@@ -125,7 +152,27 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool
         df = df.join(F.broadcast(cut), "partition", "left").where(
             F.col("_cut").isNull() | (F.col("offset") <= F.col("_cut")))
     records = df.where(reaches).select(*RECORD_COLUMNS)
-    return raw, records, offsets, held
+    if reuse is None:
+        return Input(raw, records, offsets, held)
+    return Input(raw, records, offsets, held, read.decode, f"run {reuse[0]} (the input is as it read it, and no "
+                 "value in it was unreadable)")
+
+
+def reusable_reading(plan: Plan, source: str, run: dict[str, Any] | None) -> tuple[str, str] | None:
+    """(run id, input fingerprint) of `run` when its reading of `source` can be reused: it found no value
+    unreadable, and the fingerprint it recorded (io/sources.py `content_fingerprint`) is what the input must
+    have now for that to still hold; else None."""
+    spec = plan.job.spec.sources[source]
+    if run is None or spec.format not in ("parquet", "delta") or spec.timestamp.extractor != "record":
+        return None  # a JSONL line is decoded whole; a timestamp taken from the value needs the value
+    try:
+        recorded = (json.loads(run.get("inputs") or "{}").get(source) or {}).get("content")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    unreadable = ((run.get("counts") or {}).get("source_drops") or {}).get(source, {}).get(UNREADABLE, 0)
+    if not recorded or unreadable:
+        return None
+    return str(run.get("run_id") or "?"), str(recorded)
 
 
 STAMP_BLOCK = 256  # offsets per block: stream times before a block come from per-block maxima
@@ -157,8 +204,7 @@ def stream_times(ev: Evidence, rows: DataFrame) -> DataFrame:
             .withColumn("st", F.greatest("_before", "_within")).drop("_b", "_before", "_within"))
 
 
-def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
-                         ) -> tuple[DataFrame, DataFrame, DataFrame, tuple[DataFrame, ...]]:
+def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec) -> Input:
     """A re-keyed operator reads its repartition topic: its tasks, offsets and stream times are the modelled
     topic's (ops/repartition.py); ledger rows, which name input records, are mapped onto it in `gather`."""
     from backfill.plan.evaluator import repartitioned_records  # the evaluator imports this package's users
@@ -168,7 +214,7 @@ def _repartitioned_input(spark: SparkSession, plan: Plan, op: OperatorSpec
     columns = [key_text(df).alias("key") if c == "key" else c for c in RECORD_COLUMNS]
     offsets = df.where(reaches).select("partition", "offset", "ts", F.lit(True).alias("_r"))
     kept = df.where(reaches)
-    return kept.select(*columns), kept.select(*columns, "st", "_origin"), offsets, ()
+    return Input(kept.select(*columns), kept.select(*columns, "st", "_origin"), offsets)
 
 
 def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame | None,
@@ -178,7 +224,8 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
     `run`: the manifest of the run over this range (io/runs.py `last_run`); each task's stream time at the
     end of the data is then the one the run recorded, not derived again.
     """
-    raw, records, offsets, held = input_records(spark, plan, op, store)
+    read = input_records(spark, plan, op, store, run)
+    raw, records, offsets = read.raw, read.records, read.offsets
     recorded = ((run or {}).get("counts", {}).get("operators", {}).get(op.name) or {}).get("final_stream_time")
     if recorded:
         end_st = spark.createDataFrame([(int(task), int(st)) for task, st in recorded.items()],
@@ -215,14 +262,15 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
             late = (late.withColumnRenamed("partition", "_p").withColumnRenamed("offset", "_o")
                     .join(places, ["_p", "_o"]).select("partition", "offset", "window_start", "stream_time"))
     return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
-                    ledger_read=ledger is not None, stream_times_from=origin, held=held)
+                    ledger_read=ledger is not None, stream_times_from=origin, held=read.held, decode=read.decode,
+                    values_checked_by=read.checked_by)
 
 
 def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:
     """Input records behind a few windows (no ordering pass): the first `limit` of each, accepted or late per
     the ledger, with `total`: how many the window has."""
     keys = wanted.select("key").distinct()
-    rows = (ev.raw.join(F.broadcast(keys), "key", "left_semi")
+    rows = (ev.decode(ev.raw.join(F.broadcast(keys), "key", "left_semi"))
             .select("*", F.explode(windows.starts("ts")).alias("window_start"))
             .join(F.broadcast(wanted.select("key", "window_start")), ["key", "window_start"]))
     late = ev.late.select("partition", "offset", "window_start", F.lit("late").alias("status"))
@@ -249,7 +297,7 @@ def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, n: int) -> Da
     """Input records of the `wanted` (key, window_start) windows (at most `n`), `accepted` or `late` per the
     ledger."""
     keys = few(wanted.select("key").distinct(), n)
-    exploded = stream_times(ev, ev.records.join(keys, "key", "left_semi")
+    exploded = stream_times(ev, ev.decode(ev.records.join(keys, "key", "left_semi"))
                             .select("*", F.explode(windows.starts("ts")).alias("window_start"))
                             .join(few(wanted.select("key", "window_start"), n), ["key", "window_start"], "inner"))
     if ev.ledger_read:

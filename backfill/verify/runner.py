@@ -269,6 +269,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
                                                                  plan.end), store=bool(differs))
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
+        notes.append(f"which input records reached the operator: {ev.values_checked_by}")
         attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
         if differs:
             progress(f"{op.name}: attributing causes")
@@ -509,7 +510,7 @@ def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
                      "knowable, the largest values are kept")
     if updates:
         notes.append("emit: updates: the last value per window is compared (intermediate updates depend on cache "
-                     "flushes, kafka-streams.md 14.2.2); repeats beyond the backfill's own are duplicates")
+                     "flushes, docs/semantics.md section 8); repeats beyond the backfill's own are duplicates")
     if "ts" not in cmp.columns:
         notes.append("ts is not compared (missing on one side)")
     return notes

@@ -18,28 +18,15 @@ from backfill.jobspec.load import load_job
 from backfill.plan.builder import build_plan
 from backfill.verify.causes import reusable_reading
 from tests.verify.test_reconcile_causes import INPUT, MISSING, STREAM, _stream_file
+from tests.verify.test_reconcile_causes import JOB as DEFECTS_JOB
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-JOB = """
-name: verify-reused
-sources:
-  s: {format: parquet, path: inputs/s.parquet, value: {format: json, schema: value.json},
-      timestamp: {extractor: record}}
-operators:
-  - name: agg
-    aggregate:
-      input: s
-      window: {type: tumbling, size: 10s, grace: 2s}
-      aggregations:
-        n: count()
-        trail: {fold: {init: "''", step: "concat(acc, value.v)"}}
-      emit: final
-sinks:
-  agg: {format: delta, path: out/agg}
-  _ledger: {format: delta, path: out/ledger}
-  _runs: {format: jsonl, path: out/runs.jsonl}
-"""
+# the defects job of test_reconcile_causes.py, reading parquet with JSON values ({"v": ..., "extra": 1})
+JOB = (DEFECTS_JOB.replace("name: verify-defects", "name: verify-reused").replace("EMIT", "final")
+       .replace("{format: jsonl, path: inputs/s.jsonl, value: {format: string}",
+                "{format: parquet, path: inputs/s.parquet, value: {format: json, schema: value.json}")
+       .replace("concat(acc, value)", "concat(acc, value.v)"))
 SCHEMA = {"type": "object", "properties": {"v": {"type": "string"}, "extra": {"type": "integer"}}}
 REUSED = "which input records reached the operator: run "
 DECODED = "which input records reached the operator: decoding every input value"
@@ -53,6 +40,7 @@ def _setup(tmp: Path) -> Path:
         "timestamp": [t for *_, t in INPUT]}), tmp / "inputs" / "s.parquet")
     (tmp / "value.json").write_text(json.dumps(SCHEMA))
     job = tmp / "job.yaml"
+    assert "inputs/s.parquet" in JOB and "value.v" in JOB
     job.write_text(JOB)
     result = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert result.exit_code == 0, result.stderr

@@ -56,7 +56,9 @@ def _verify(job: Path, tmp: Path) -> dict[str, Any]:
 
 def _outcome(report: dict[str, Any]) -> tuple[Any, ...]:
     section = report["sections"][0]
-    rows = {(s["key"], s["window_start"], s["category"], s["cause"], json.dumps(s.get("records"), sort_keys=True))
+    # with each sample, the records its cause names and the first input records (their decoded values)
+    rows = {(s["key"], s["window_start"], s["category"], s["cause"],
+             json.dumps([s["records"], s["inputs"], s["inputs_total"]], sort_keys=True, default=str))
             for s in section["samples"]}
     return report["counts"], report["causes"], sorted(rows)
 

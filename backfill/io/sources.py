@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,6 +29,11 @@ CORRUPT = "_corrupt_record"
 WHERE_TYPE = T.StructType([T.StructField("file", T.StringType()), T.StructField("text", T.StringType())])
 
 
+def decoded(df: DataFrame) -> DataFrame:
+    """The `decode` of a read whose values are decoded already: the frame as it is."""
+    return df
+
+
 @dataclass(frozen=True)
 class SourceRead:
     """Records of one source and what was read (for the plan and the run manifest)."""
@@ -41,7 +46,7 @@ class SourceRead:
     partitions: int | None = None  # Kafka: the topic's partition count
     content: str | None = None  # the input's fingerprint (`content_fingerprint`), when it has one
     # with `raw_values`: turns a frame's undecoded `value` column into the decoded one (else: identity)
-    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
+    decode: Callable[[DataFrame], DataFrame] = decoded
 
     def manifest(self, fmt: str) -> dict[str, object]:
         """What the run manifest records about this input (enough to read the same records again)."""

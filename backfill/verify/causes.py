@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark import StorageLevel
@@ -36,7 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.io.sources import read_source
+from backfill.io.sources import decoded, read_source
 from backfill.ops.aggregate import FOLD_FIELDS
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
@@ -55,6 +55,7 @@ CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_deliver
           *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
+DECODED_ALL = "decoding every input value"  # how verify learnt which records reach the operator
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ class Evidence:
     held: tuple[DataFrame, ...] = ()  # stored frames the others are built on, freed by `release`
     # `raw` and `records` may hold values as stored (see `input_records`): `decode` turns them into the
     # decoded values, for the few records whose values are read
-    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
-    values_checked_by: str = "decoding every input value"  # or the run whose reading of the input is reused
+    decode: Callable[[DataFrame], DataFrame] = decoded
+    values_checked_by: str = DECODED_ALL  # or the run whose reading of the input is reused
 
 
 def release(ev: Evidence) -> None:
@@ -108,8 +109,8 @@ class Input:
     records: DataFrame  # the same, cut as the run cut them
     offsets: DataFrame  # every offset read: partition, offset, ts, _r (reaches the operator)
     held: tuple[DataFrame, ...] = ()  # the stored frame they are built on
-    decode: Callable[[DataFrame], DataFrame] = field(default=lambda df: df)
-    checked_by: str = "decoding every input value"
+    decode: Callable[[DataFrame], DataFrame] = decoded
+    checked_by: str = DECODED_ALL
 
 
 def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool = True,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from backfill.jobspec.load import load_job
 from backfill.plan.builder import build_plan
-from backfill.verify.causes import reusable_reading
+from backfill.verify.causes import DECODED_ALL, reusable_reading
 from tests.verify.test_reconcile_causes import INPUT, MISSING, STREAM, _stream_file
 from tests.verify.test_reconcile_causes import JOB as DEFECTS_JOB
 
@@ -29,7 +29,7 @@ JOB = (DEFECTS_JOB.replace("name: verify-defects", "name: verify-reused").replac
        .replace("concat(acc, value)", "concat(acc, value.v)"))
 SCHEMA = {"type": "object", "properties": {"v": {"type": "string"}, "extra": {"type": "integer"}}}
 REUSED = "which input records reached the operator: run "
-DECODED = "which input records reached the operator: decoding every input value"
+DECODED = f"which input records reached the operator: {DECODED_ALL}"
 
 
 def _setup(tmp: Path) -> Path:

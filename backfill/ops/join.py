@@ -345,8 +345,10 @@ def _outer_flags(candidates: DataFrame, joinable: DataFrame, side: int) -> DataF
     partitioned by (task, key) already, and a pair's two records share task and key."""
     task, key = F.col("l_task").alias("task"), F.col("l_key").alias("key")
     if side == LEFT:
-        return candidates.groupBy(task, key, F.col("l_seq").alias("seq")).agg(
-            *[F.any_value(f"l_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)],
+        # a record's own columns are grouping keys, not any_value: a string key order in the buffer would
+        # turn the hash aggregate into a sort of every candidate row
+        return candidates.groupBy(task, key, F.col("l_seq").alias("seq"),
+                                  *[F.col(f"l_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)]).agg(
             F.max(F.coalesce(F.col("l_seq") > F.col("r_seq"), F.lit(False))).alias("matched"),
             F.min(F.when(F.col("r_seq") > F.col("l_seq"), F.col("r_seq"))).alias("del_seq"))
     found = candidates.where(F.col("r_seq").isNotNull()).groupBy(task, key, F.col("r_seq").alias("seq")).agg(

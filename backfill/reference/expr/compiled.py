@@ -1,6 +1,7 @@
 """Part: reference engine. The public compiled objects: a scalar, an aggregate, a fold."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -96,6 +97,19 @@ class CompiledFold:
 
 def compile_scalar(sql: str, *, schema: Any = None) -> Callable[[Mapping[str, Any]], Any]:
     """Compile a scalar (per-row) Spark SQL expression into ``f(row) -> value``."""
+    if schema is None and isinstance(sql, str):
+        return _compiled_scalar(sql)
+    return _compile_scalar(sql, schema)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_scalar(sql: str) -> CompiledScalar:
+    """One compiled function per expression text (it holds no state): a conformance run builds a join's
+    processors for each of thousands of tasks, and copying and compiling the joiner was half of its time."""
+    return _compile_scalar(sql, None)
+
+
+def _compile_scalar(sql: str, schema: Any) -> CompiledScalar:
     tree = _parse(sql)
     cx = _Compiler(sql, _schema_from(schema))
     c = cx.compile(tree, _ROW)

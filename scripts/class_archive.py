@@ -1,5 +1,5 @@
-"""Write the driver JVM's class archive (run by scripts/setup.sh when BACKFILL_CLASS_ARCHIVE is set; `--force`
-rewrites it). Drivers use it only with BACKFILL_CLASS_ARCHIVE=1 (docs/stack.md says why).
+"""Write the driver JVM's class archive (run by scripts/setup.sh unless BACKFILL_CLASS_ARCHIVE=0; `--force`
+rewrites it). Short runs use it, other drivers only with BACKFILL_CLASS_ARCHIVE=1 (docs/stack.md says why).
 
 Starting Spark loads and verifies some 20,000 classes, and a job's first queries load thousands more. A
 class archive (the JVM's class data sharing) holds them ready to map: `backfill/session.py` starts the driver

@@ -11,18 +11,26 @@ import pytest
 from backfill import session
 
 
-def test_the_archive_is_used_only_when_asked_for_and_when_it_exists(tmp_path, monkeypatch):
+def test_the_archive_is_used_by_short_runs_or_when_asked_for_and_only_when_it_exists(tmp_path, monkeypatch):
     archive = tmp_path / "cds" / "abc.jsa"
     monkeypatch.setattr(session, "class_archive", lambda: archive)
+
+    def mapped(short: bool = False) -> bool:
+        return f"-XX:SharedArchiveFile={archive}" in session.driver_java_options(short=short)
+
     monkeypatch.setenv("BACKFILL_CLASS_ARCHIVE", "1")
-    assert not any("SharedArchiveFile" in o for o in session.driver_java_options())
+    assert not mapped() and not mapped(short=True)  # no file yet
     archive.parent.mkdir()
     archive.write_bytes(b"x")
-    assert f"-XX:SharedArchiveFile={archive}" in session.driver_java_options()
+    assert mapped() and mapped(short=True)
     # the JVM's own notices (a stale archive) go to its stderr, which the CLI keeps in a log file
     assert "-Xlog:all=warning:stderr" in session.driver_java_options()
-    monkeypatch.delenv("BACKFILL_CLASS_ARCHIVE")  # opt-in: 10M-record runs measured slower with it
-    assert not any("SharedArchiveFile" in o for o in session.driver_java_options())
+    # unset: short runs only (10M-record runs measured slower with it)
+    monkeypatch.delenv("BACKFILL_CLASS_ARCHIVE")
+    assert mapped(short=True) and not mapped()
+    for off in ("", "0"):  # set but empty or 0: never
+        monkeypatch.setenv("BACKFILL_CLASS_ARCHIVE", off)
+        assert not mapped(short=True) and not mapped()
     recording = session.driver_java_options(record=True)
     assert "-XX:+RecordDynamicDumpInfo" in recording and not any("SharedArchiveFile" in o for o in recording)
 

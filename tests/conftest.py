@@ -18,7 +18,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("BACKFILL_SPARK_CONF", "spark.driver.memory=3g")
 # the suite starts dozens of Spark drivers (its workers, and every `backfill` process a test runs): each maps
 # the driver's class archive instead of loading Spark's classes one by one (docs/stack.md; the whole suite
-# took 28:28 with it, 33:56 without, back to back). BACKFILL_CLASS_ARCHIVE= (empty) turns it off.
+# took 28:28 with it, 33:56 without, back to back). BACKFILL_CLASS_ARCHIVE=0 (or empty) turns it off.
 os.environ.setdefault("BACKFILL_CLASS_ARCHIVE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,9 +27,11 @@ SHARED = REPO.parent / "shared"
 
 def pytest_configure(config: pytest.Config) -> None:
     """Write the class archive once, before any driver starts (about a minute; later runs find it)."""
-    if hasattr(config, "workerinput") or not os.environ.get("BACKFILL_CLASS_ARCHIVE"):
-        return  # a worker: the controller has written it
-    from backfill.session import class_archive
+    from backfill.session import class_archive, use_class_archive
+
+    # a worker: the controller has written it; BACKFILL_CLASS_ARCHIVE=0 or empty: no driver maps one
+    if hasattr(config, "workerinput") or not use_class_archive(short=False):
+        return
 
     archive = class_archive()
     if archive is None or archive.is_file():

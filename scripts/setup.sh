@@ -20,13 +20,17 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # uv installs the same pinned packages as pip does, faster (a new .venv here: 22 s instead of 51 s); where uv
-# cannot be installed, pip does it
+# cannot be installed, pip does it. Both write the packages' bytecode now, as pip does by default: a Python
+# that may not write it at import (PYTHONDONTWRITEBYTECODE) would compile every module it imports again in
+# every process (each `backfill` command and Spark's Python workers; 3-4 s per command, docs/stack.md)
 if [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9" \
     >/dev/null 2>&1; then
-  .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".[test]"
+  .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python -e ".[test]"
 else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 fi
+# the project itself is installed editable: its bytecode too (an edited module is compiled again, as usual)
+.venv/bin/python -m compileall -q backfill >/dev/null
 
 # --- JVM: jars resolved once into jvm/lib (offline when the local Maven repository has them) ---------------
 if ! mvn -q -o -f jvm/pom.xml package >/dev/null 2>&1; then

@@ -12,7 +12,7 @@ fi
 PY=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 if [ -x .venv/bin/uv ]; then  # scripts/setup.sh installs uv: Airflow's packages in seconds, pip takes 40 s
-  .venv/bin/uv pip install --quiet --python "$VENV/bin/python" -r examples/airflow/requirements.txt
+  .venv/bin/uv pip install --quiet --compile-bytecode --python "$VENV/bin/python" -r examples/airflow/requirements.txt
 else
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r examples/airflow/requirements.txt
 fi

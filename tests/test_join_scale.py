@@ -42,7 +42,7 @@ def test_hot_key_evaluates_about_the_pairs_it_emits(tmp_path, spark):
 def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
     """One exchange by (task, key): the range join, the per-record flags and the pairs' ordering window reuse it
     (session.py ENGINE_CONF); with Spark's default each of them shuffles again and this test fails."""
-    from backfill.ops.join import _joined_rows, _outer_flags
+    from backfill.ops.join import _joined_rows, _outer_flags, _pair_values
 
     rows = [(t, k, i, 10 * i, side, 0, f"v{i}", 10 * i, "x", t, i, 10 * i, 10 * i, k)
             for t in range(2) for k in ("a", "b") for i in range(20) for side in (LEFT, RIGHT)]
@@ -54,8 +54,8 @@ def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
     previous = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")  # as with inputs too large to broadcast
     try:
-        candidates = _pair_join(joinable, joinable, w, "both", wide=True, how="left")
-        frame = _joined_rows(candidates.where(F.col("r_seq").isNotNull()), "left.value").unionByName(
+        candidates = _pair_values(_pair_join(joinable, joinable, w, "both", wide=True, how="left"), "left.value")
+        frame = _joined_rows(candidates.where(F.col("r_seq").isNotNull())).unionByName(
             _outer_flags(candidates, joinable, LEFT).select(
                 "task", "key", F.lit("f").alias("value"), "ts", F.col("seq").alias("_out_seq"),
                 F.lit(0).alias("_phase"), F.lit(0).cast("long").alias("_idx")))

@@ -5,8 +5,9 @@ the two in task order (`seq`) is processed, iff the earlier lies in the later on
 still retained by its window store: ts > storeST - R, storeST being the running max of that store's writes
 in task order (9). Pairs come from a range join on (task, key, time bucket) whose condition carries the
 bounds and the retention, so a hot key costs about the pairs it emits, never its cross product. The records
-are shuffled once by (task, key): the range join, the per-record flags and the ordering of each record's
-pairs all run where the records lie.
+are shuffled once by (task, key), and the range join runs where they lie. A left or outer join reads its
+result twice (the per-record flags, the pairs' output), so it is stored once (a local checkpoint), and the
+right records its store refused find their pairs there too (the `expired` ledger rows).
 Non-joined rows of left/outer joins emitted at once (fix disabled, `to < ST_j`, null keys; 10.2) are
 set-based too. The rows that wait in the outer store depend on the sequence of triggers (t == ST_j), the
 minTime heuristic and the outer-store order (10.3, 10.4): a small per-task kernel replays only those.
@@ -46,7 +47,7 @@ TRIGGERED, JOINED, IMMEDIATE = 0, 1, 2
 STRIDE = 2**31  # emit_seq = seq * 2^31 + phase base + position in the phase (gaps allowed)
 PHASE_BASE = (0, 2**30, STRIDE - 1)
 JAVA_MAX = 2**63 - 1
-KERNEL_SCHEMA = "task int, out_seq long, idx long, seq long, ts long"
+KERNEL_SCHEMA = "task int, key {key}, out_seq long, idx long, seq long, ts long"  # key: the job's key type
 FLAG_COLUMNS = ("_side", "_stj", "_to", "_korder")  # what the outer-store kernel needs of a record
 
 
@@ -185,31 +186,47 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull()).repartition("task", "key")
     sides = outer_sides(spec)
     # one range join gives the pairs and, null-extended, the left records without any visible row
-    candidates = _pair_join(joinable, joinable, w, "both", wide=True, how="left" if LEFT in sides else "inner")
+    candidates = _pair_values(_pair_join(joinable, joinable, w, "both", wide=True,
+                                         how="left" if LEFT in sides else "inner"), joiner)
+    cached: tuple[DataFrame, ...] = ()
+    if sides:  # read twice (the flags, the pairs): stored as rows once instead of a second range join (a
+        # columnar cache costs more than the range join again, benchmarks/README.md 2026-11-28 22:00)
+        candidates = candidates.localCheckpoint(eager=False)
+        cached += (candidates,)
     pairs = candidates.where(F.col("r_seq").isNotNull()) if LEFT in sides else candidates
-    rows = _joined_rows(pairs, joiner)
+    rows = _joined_rows(pairs)
     if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
         rows = rows.unionByName(_non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull()
                                                        & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner))
-    cached: tuple[DataFrame, ...] = ()
     incomplete = None
     if sides:
         flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side) for side in sides])
         lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
         now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
-        rows = rows.unionByName(_non_joined(_with_values(joinable, now), F.col("seq"), IMMEDIATE, joiner))
+        # the non-joined rows emitted at once and those the outer store emits look their values up together
+        picked = [now.select("task", "key", "seq", F.col("seq").alias("_out_seq"), F.lit(IMMEDIATE).alias("_phase"),
+                             F.lit(0).cast("long").alias("_idx"))]
         cached += (lone,)
         if not w.eager:
             kernel = _outer_store(lone, joinable, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
-            emitted = kernel.where(F.col("out_seq").isNotNull())
-            rows = rows.unionByName(_non_joined(_with_values(joinable, emitted), F.col("out_seq"), TRIGGERED,
-                                                joiner, F.col("idx")))
+            picked.append(kernel.where(F.col("out_seq").isNotNull()).select(
+                "task", "key", "seq", F.col("out_seq").alias("_out_seq"), F.lit(TRIGGERED).alias("_phase"),
+                F.col("idx").alias("_idx")))
             incomplete = kernel.where(F.col("out_seq").isNull()).select("ts", "task", "seq")
             cached += (kernel,)
+        rows = rows.unionByName(_non_joined(_with_values(joinable, functools.reduce(DataFrame.unionByName, picked)),
+                                            F.col("_out_seq"), F.col("_phase"), joiner, F.col("_idx")))
     # refused by its store and found nothing on arrival: no effect at all (an outer side still gives a row)
     refused = joinable.where(F.col("_refused") & ~F.col("_outer"))
-    expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti") \
-        if len(sides) < 2 else recs.where(F.lit(False))
+    if len(sides) == 2:  # every record is on an outer side
+        expired = recs.where(F.lit(False))
+    elif sides:  # a left join's refused records are right ones: their pairs are among the stored candidates
+        found = candidates.where(F.col("r_seq") > F.col("l_seq")).select(
+            F.col("l_task").alias("task"), F.col("r_seq").alias("seq")).join(
+            refused.select("task", "seq"), ["task", "seq"], "left_semi").distinct()
+        expired = refused.join(found, ["task", "seq"], "left_anti")
+    else:
+        expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti")
     ledger = _null_ledger(recs, op.name, rules).unionByName(ledger_rows(
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", "value", "ts",
@@ -299,31 +316,46 @@ def _side_struct(prefix: str) -> Column:
     return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
 
 
-def _joined_rows(pairs: DataFrame, joiner: str) -> DataFrame:
-    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5).
+def _pair_values(candidates: DataFrame, joiner: str) -> DataFrame:
+    """The range join's rows narrowed to what the flags and the joined rows read: both records' seq, the left
+    one's flag columns, and for a visible pair its output (the joiner's value, the later timestamp and seq)
+    and its fetch order (10.2 step 5: the earlier record's ts, then its arrival).
 
-    The joiner runs before the ordering window: the pairs then carry its result, not both records' fields
-    (the optimizer prunes what the joiner does not read down to the range join's inputs)."""
+    The joiner runs here: the pairs then carry its result, not both records' fields (the optimizer prunes what
+    the joiner does not read down to the range join's inputs). A null-extended row (no visible pair) has none."""
     left_later = F.col("l_seq") > F.col("r_seq")
-    rows = pairs.select(
-        F.col("l_task").alias("task"), F.col("l_key").alias("key"), _side_struct("l_").alias("left"),
-        _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("ts"),
-        F.greatest("l_seq", "r_seq").alias("_out_seq"), F.lit(JOINED).alias("_phase"),
+    pair = F.col("r_seq").isNotNull()
+    flags = [f"l_{c}" for c in ("ts", *FLAG_COLUMNS) if f"l_{c}" in candidates.columns]
+    return candidates.select(
+        "l_task", "l_key", "l_seq", "r_seq", *flags, _side_struct("l_").alias("left"),
+        _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("_pts"),
+        F.greatest("l_seq", "r_seq").alias("_out_seq"),
         F.when(left_later, F.col("r_ts")).otherwise(F.col("l_ts")).alias("_e_ts"),
         F.least("l_seq", "r_seq").alias("_e_seq")).select(
-        "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_e_ts", "_e_seq")
-    order = Window.partitionBy("task", "key", "_out_seq").orderBy("_e_ts", "_e_seq")  # key: see join()
+        "l_task", "l_key", "l_seq", "r_seq", *flags, F.when(pair, F.expr(joiner)).alias("_value"), "_pts",
+        "_out_seq", "_e_ts", "_e_seq")
+
+
+def _joined_rows(pairs: DataFrame) -> DataFrame:
+    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5)."""
+    rows = pairs.select(F.col("l_task").alias("task"), F.col("l_key").alias("key"), F.col("_value").alias("value"),
+                        F.col("_pts").alias("ts"), "_out_seq", F.lit(JOINED).alias("_phase"), "_e_ts", "_e_seq")
+    # after a store of the candidates (join()) this window shuffles the pairs again: sorting them before the
+    # store, where the range join leaves them partitioned, measured slower (benchmarks/README.md 2026-11-28)
+    order = Window.partitionBy("task", "key", "_out_seq").orderBy("_e_ts", "_e_seq")
     return rows.withColumn("_idx", (F.row_number().over(order) - 1).cast("long")).drop("_e_ts", "_e_seq")
 
 
-def _non_joined(recs: DataFrame, out_seq: Column, phase: int, joiner: str, idx: Column | None = None) -> DataFrame:
+def _non_joined(recs: DataFrame, out_seq: Column, phase: int | Column, joiner: str, idx: Column | None = None
+                ) -> DataFrame:
     """Single-record results: the joiner of the record on its side and null on the other, its own timestamp (11)."""
     this = F.struct(*[F.col(c).alias(c) for c in JOINER_FIELDS])
+    phase = phase if isinstance(phase, Column) else F.lit(phase)
     none = F.lit(None).cast(recs.select(this.alias("s")).schema["s"].dataType)
     return recs.select(
         "task", "key", F.when(F.col("_side") == LEFT, this).otherwise(none).alias("left"),
         F.when(F.col("_side") == RIGHT, this).otherwise(none).alias("right"), "ts",
-        out_seq.cast("long").alias("_out_seq"), F.lit(phase).alias("_phase"),
+        out_seq.cast("long").alias("_out_seq"), phase.alias("_phase"),
         (idx if idx is not None else F.lit(0)).cast("long").alias("_idx")).select(
         "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_idx")
 
@@ -367,11 +399,13 @@ def _matched_later(later: DataFrame, joinable: DataFrame, w: JoinWindows) -> Dat
 
 
 def _with_values(recs: DataFrame, picked: DataFrame) -> DataFrame:
-    """The record columns of picked (task, seq) rows, keeping picked's extra columns; on (task, key, seq)
-    when picked has the key (recs partitioned by (task, key) then need no exchange)."""
-    on = [c for c in ("task", "key", "seq") if c in picked.columns]
+    """The record columns of picked (task, key, seq) rows, keeping picked's extra columns.
+
+    The records are partitioned by (task, key) already and the picked rows are few (the non-joined ones):
+    a hash table of the picked rows per partition instead of sorting every record for a merge join."""
+    on = ["task", "key", "seq"]
     extra = [c for c in picked.columns if c not in recs.columns or c in on]
-    return recs.join(picked.select(*extra), on)
+    return recs.join(picked.select(*extra).hint("shuffle_hash"), on)
 
 
 def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFrame:
@@ -392,11 +426,12 @@ def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFra
 def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows, per_side: bool) -> DataFrame:
     """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6)."""
     waits = lone.where(F.col("_to") >= F.col("_stj")).select(
-        "task", "seq", "ts", *FLAG_COLUMNS, F.lit(True).alias("waits"),
+        "task", "key", "seq", "ts", *FLAG_COLUMNS, F.lit(True).alias("waits"),
         F.coalesce("del_seq", F.lit(JAVA_MAX)).alias("del_seq"))
     triggers = joinable.where(F.col("ts") == F.col("_stj")).select(  # only the newest record triggers (step 4)
-        "task", "seq", "ts", *FLAG_COLUMNS, F.lit(False).alias("waits"), F.lit(JAVA_MAX).alias("del_seq"))
-    return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w, per_side), KERNEL_SCHEMA)
+        "task", "key", "seq", "ts", *FLAG_COLUMNS, F.lit(False).alias("waits"), F.lit(JAVA_MAX).alias("del_seq"))
+    schema = KERNEL_SCHEMA.format(key=joinable.schema["key"].dataType.simpleString())
+    return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w, per_side), schema)
 
 
 def _kernel(w: JoinWindows, per_side: bool) -> Any:
@@ -407,13 +442,16 @@ def _kernel(w: JoinWindows, per_side: bool) -> Any:
         task = int(pdf["task"].iloc[0])
         # one row per record: a waiting record that is also a trigger comes twice
         pdf = pdf.assign(trigger=pdf["ts"] == pdf["_stj"]).groupby("seq", sort=True).agg(
-            side=("_side", "first"), ts=("ts", "first"), stj=("_stj", "first"), korder=("_korder", "first"),
-            waits=("waits", "max"), trigger=("trigger", "max"), del_seq=("del_seq", "min")).reset_index()
+            side=("_side", "first"), key=("key", "first"), ts=("ts", "first"), stj=("_stj", "first"),
+            korder=("_korder", "first"), waits=("waits", "max"), trigger=("trigger", "max"),
+            del_seq=("del_seq", "min")).reset_index()
         cols = {c: pdf[c].tolist() for c in ("seq", "side", "ts", "stj", "korder", "waits", "trigger", "del_seq")}
         emitted, pending = outer_emissions(w, **cols, per_side=per_side)
         ts = dict(zip(cols["seq"], cols["ts"]))
-        rows = [(task, s, i, e, ts[e]) for s, i, e in emitted] + [(task, None, None, e, ts[e]) for e in pending]
-        return pd.DataFrame(rows, columns=["task", "out_seq", "idx", "seq", "ts"]).astype(
+        key = dict(zip(cols["seq"], pdf["key"].tolist()))
+        rows = [(task, key[e], s, i, e, ts[e]) for s, i, e in emitted] + [
+            (task, key[e], None, None, e, ts[e]) for e in pending]
+        return pd.DataFrame(rows, columns=["task", "key", "out_seq", "idx", "seq", "ts"]).astype(
             {"out_seq": "Int64", "idx": "Int64"})
     return run
 

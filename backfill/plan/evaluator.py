@@ -239,8 +239,9 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         ledger.unpersist()
         dropped.unpersist()
         for result in results.values():
-            for frame in result.cached:
+            for frame in result.cached:  # persisted or a local checkpoint
                 frame.unpersist()
+                release(frame)
 
 
 def _publish_intervals(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], ledger: DataFrame,

@@ -217,7 +217,8 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
         rows = rows.unionByName(_non_joined(_with_values(joinable, functools.reduce(DataFrame.unionByName, picked)),
                                             F.col("_out_seq"), F.col("_phase"), joiner, F.col("_idx")))
     # refused by its store and found nothing on arrival: no effect at all (an outer side still gives a row)
-    refused = joinable.where(F.col("_refused") & ~F.col("_outer"))
+    # from the records as they lie: a filter of the (task, key) exchange would shuffle every record for a few
+    refused = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull() & F.col("_refused") & ~F.col("_outer"))
     if len(sides) == 2:  # every record is on an outer side
         expired = recs.where(F.lit(False))
     elif sides:  # a left join's refused records are right ones: their pairs are among the stored candidates

@@ -41,7 +41,8 @@ def test_hot_key_evaluates_about_the_pairs_it_emits(tmp_path, spark):
 
 def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
     """One exchange by (task, key): the range join, the per-record flags and the pairs' ordering window reuse it
-    (session.py ENGINE_CONF); with Spark's default each of them shuffles again and this test fails."""
+    (session.py ENGINE_CONF); with Spark's default each of them shuffles again and this test fails. (A left
+    or outer join stores the range join's result between them, ops/join.py; an inner join runs this plan.)"""
     from backfill.ops.join import _joined_rows, _outer_flags, _pair_values
 
     rows = [(t, k, i, 10 * i, side, 0, f"v{i}", 10 * i, "x", t, i, 10 * i, 10 * i, k)

@@ -181,16 +181,19 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     w = JoinWindows.of(spec)
     joiner = joiner_sql(spec.value, f"operators.{op.name}.join.value")
     recs = _records(ordered, op, st, w)  # a projection of the task order, which the caller materialises
-    # shuffled once per query by (task, key): the range join, the flags and the ordering window then need no
-    # other exchange of the records (the session lets a join on (task, key, bucket) reuse it, session.py)
+    # shuffled once per query by (task, key): the range join, the value look-ups and the outer store's
+    # triggers then need no other exchange of the records (the session lets a join on (task, key, bucket)
+    # reuse it, session.py)
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull()).repartition("task", "key")
     sides = outer_sides(spec)
     # one range join gives the pairs and, null-extended, the left records without any visible row
     candidates = _pair_values(_pair_join(joinable, joinable, w, "both", wide=True,
                                          how="left" if LEFT in sides else "inner"), joiner)
     cached: tuple[DataFrame, ...] = ()
-    if sides:  # read twice (the flags, the pairs): stored as rows once instead of a second range join (a
-        # columnar cache costs more than the range join again, benchmarks/README.md 2026-11-28 22:00)
+    if sides:  # read again for the flags (and a left join's expired rows): stored as rows once instead of
+        # running the range join again; a columnar cache measured slower than that (benchmarks/README.md,
+        # 2026-11-28 21:50). A local checkpoint forgets the partitioning: the flags and the pairs' ordering
+        # window shuffle what they read of it (cheaper than a second range join, measured the same day)
         candidates = candidates.localCheckpoint(eager=False)
         cached += (candidates,)
     pairs = candidates.where(F.col("r_seq").isNotNull()) if LEFT in sides else candidates

@@ -57,7 +57,7 @@ def test_the_records_are_shuffled_once_for_pairs_flags_and_order(spark):
     try:
         candidates = _pair_values(_pair_join(joinable, joinable, w, "both", wide=True, how="left"), "left.value")
         frame = _joined_rows(candidates.where(F.col("r_seq").isNotNull())).unionByName(
-            _outer_flags(candidates, joinable, LEFT).select(
+            _outer_flags(candidates, joinable, LEFT, w).select(
                 "task", "key", F.lit("f").alias("value"), "ts", F.col("seq").alias("_out_seq"),
                 F.lit(0).alias("_phase"), F.lit(0).cast("long").alias("_idx")))
         plan = frame._jdf.queryExecution().executedPlan().toString()

@@ -203,7 +203,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
                                                        & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner))
     incomplete = None
     if sides:
-        flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side) for side in sides])
+        flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side, w) for side in sides])
         lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
         now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
         # the non-joined rows emitted at once and those the outer store emits look their values up together
@@ -299,7 +299,7 @@ def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str
                how: str = "inner") -> DataFrame:
     """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (9, 10.1).
     `how="left"` also gives each left row without any visible pair once per bucket, null-extended."""
-    lrows, rrows, equi = bucketed(left, right, w, wide, extra=FLAG_COLUMNS if how == "left" else ())
+    lrows, rrows, equi = bucketed(left, right, w, wide, extra=("_stj",) if how == "left" else ())
     return lrows.join(rrows, equi & _visible(w, direction), how)
 
 
@@ -329,7 +329,7 @@ def _pair_values(candidates: DataFrame, joiner: str) -> DataFrame:
     the joiner does not read down to the range join's inputs). A null-extended row (no visible pair) has none."""
     left_later = F.col("l_seq") > F.col("r_seq")
     pair = F.col("r_seq").isNotNull()
-    flags = [f"l_{c}" for c in ("ts", *FLAG_COLUMNS) if f"l_{c}" in candidates.columns]
+    flags = [c for c in ("l_ts", "l__stj") if c in candidates.columns]
     return candidates.select(
         "l_task", "l_key", "l_seq", "r_seq", *flags, _side_struct("l_").alias("left"),
         _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("_pts"),
@@ -373,20 +373,23 @@ def _emit_seq_col(out_seq: Column, phase: Column, idx: Column) -> Column:
         F.raise_error(F.lit("a record emitted 2^30 join results or more; emit_seq cannot order them")))
 
 
-def _outer_flags(candidates: DataFrame, joinable: DataFrame, side: int) -> DataFrame:
+def _outer_flags(candidates: DataFrame, joinable: DataFrame, side: int, w: JoinWindows) -> DataFrame:
     """Per record of an outer side: `matched` (it found a visible row when processed, 10.2 step 5) and
     `del_seq` (the first later record joining it, which deletes its outer-store entry).
 
-    `candidates` is the left outer range join (_pair_join how="left"), grouped where it lies: its rows are
-    partitioned by (task, key) already, and a pair's two records share task and key."""
+    `candidates` is the left outer range join (_pair_join how="left", _pair_values); a pair's two records
+    share task and key."""
     task, key = F.col("l_task").alias("task"), F.col("l_key").alias("key")
     if side == LEFT:
-        # a record's own columns are grouping keys, not any_value: a string key order in the buffer would
-        # turn the hash aggregate into a sort of every candidate row
-        return candidates.groupBy(task, key, F.col("l_seq").alias("seq"),
-                                  *[F.col(f"l_{c}").alias(c) for c in ("ts", *FLAG_COLUMNS)]).agg(
+        # grouped by the record alone, with fixed-width buffers (a hash aggregate); the flag columns that
+        # follow from the record's key, side and ts are computed after, on one row per record
+        flags = candidates.groupBy(task, key, F.col("l_seq").alias("seq")).agg(
+            F.max("l_ts").alias("ts"), F.max("l__stj").alias("_stj"),
             F.max(F.coalesce(F.col("l_seq") > F.col("r_seq"), F.lit(False))).alias("matched"),
             F.min(F.when(F.col("r_seq") > F.col("l_seq"), F.col("r_seq"))).alias("del_seq"))
+        return flags.select("task", "key", "seq", "ts", F.lit(LEFT).alias("_side"), "_stj",
+                            F.greatest(F.lit(0), F.col("ts") + F.lit(w.after)).alias("_to"),
+                            _key_order(joinable).alias("_korder"), "matched", "del_seq")
     found = candidates.where(F.col("r_seq").isNotNull()).groupBy(task, key, F.col("r_seq").alias("seq")).agg(
         F.max(F.col("r_seq") > F.col("l_seq")).alias("matched"),
         F.min(F.when(F.col("l_seq") > F.col("r_seq"), F.col("l_seq"))).alias("del_seq"))

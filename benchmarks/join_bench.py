@@ -311,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     from backfill.session import get_spark
 
     engine = engine_fingerprint()
-    print(f"engine {engine['sha256_of_sources']}, load average {os.getloadavg()[0]:.2f}", flush=True)
+    load_at_start = list(os.getloadavg())
+    print(f"engine {engine['sha256_of_sources']}, load average {load_at_start[0]:.2f}", flush=True)
     t = time.perf_counter()
     spark = get_spark("local")
     startup = round(time.perf_counter() - t, 2)
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "join_bench", "started_at": started_at,
               "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python benchmarks/join_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": {**machine(), "loadavg_at_end": list(os.getloadavg())},
+              "machine": {**machine(), "loadavg_at_start": load_at_start, "loadavg_at_end": list(os.getloadavg())},
               "engine": {**engine, "changed_during_run": engine_fingerprint()["sha256_of_sources"]
                          != engine["sha256_of_sources"]},
               "parameters": {**vars(args), "out": str(args.out), "window_ms":

@@ -120,6 +120,36 @@ def test_failed_expectations_exit_1_and_publish_nothing(tmp_path, spark, monkeyp
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("sink", ["jsonl", "delta"])
+def test_a_failed_conservation_check_exits_2_and_publishes_nothing(tmp_path, spark, monkeypatch, sink):
+    """The ledger's rows against the counting pass (checks/conservation.py): when they disagree the run exits 2,
+    and no sink is staged or committed."""
+    from backfill.errors import PublishError
+    from backfill.plan import evaluator
+
+    checked = []
+
+    def failing(operators, counts, ledger):
+        checked.append(len(ledger))
+        raise PublishError("operators.agg: conservation check failed (late ledger rows 1, late pairs 0); "
+                           "nothing was published")
+
+    job = _job(tmp_path, sink=sink)
+    if sink == "delta":  # a table with a version already: it must stay at that version
+        assert CliRunner().invoke(app, ["run", str(job)]).exit_code == 0
+
+    def files() -> list[str]:  # a sink's lock file (io/lock.py) stays
+        return sorted(p.name for p in (tmp_path / "out").rglob("*") if not p.name.endswith(".backfill-lock"))
+
+    before = files()
+    monkeypatch.setattr(evaluator, "check_conservation", failing)
+    result = CliRunner().invoke(app, ["run", str(job)])
+    assert checked and result.exit_code == 2 and "conservation check failed" in result.stderr
+    assert files() == before  # no staging left, no commit
+    assert not list((tmp_path / "out").glob("*.staging-*"))
+
+
+@pytest.mark.spark
 def test_parquet_sources_and_sinks_give_what_jsonl_gives(tmp_path, spark):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -49,3 +49,23 @@ def test_a_window_kept_by_two_tasks_is_found_and_a_key_of_two_tasks_alone_is_not
     two = spark.createDataFrame([(0, "a", 0), (1, "a", 60), (0, "b", 0), (1, "b", 0), (1, "b", 60), (0, "b", 60),
                                  (2, "c", 0)], schema)
     assert split_windows(two) == (2, "b")
+
+
+def test_the_windows_per_task_come_with_whether_each_key_is_in_one_task(spark) -> None:
+    """The per-task stream time and pairs are counted by key first: exact whether or not a key is in two tasks
+    (then counted by task again), and only then is the look for windows kept by two tasks skipped."""
+    from backfill.ops.aggregate import LATE_PAIR, WINDOW
+    from backfill.plan.fused import window_tasks
+
+    schema = "_g int, task int, key string, _window_ts long, _n long"
+    one = spark.createDataFrame([(WINDOW, 0, "a", 10, 2), (WINDOW, 0, "a", 70, 1), (WINDOW, 1, "b", 30, 4),
+                                 (WINDOW, 0, "c", 50, 1), (LATE_PAIR, 1, None, 99, 5)], schema)
+    found = window_tasks(one)
+    assert found.one_task_keys
+    assert sorted((r["task"], r["st"], r["pairs"]) for r in found.rows) == [(0, 70, 4), (1, 30, 4)]
+    two = spark.createDataFrame([(WINDOW, 0, "a", 10, 2), (WINDOW, 1, "a", 90, 1), (WINDOW, 1, "b", 30, 4),
+                                 (WINDOW, 2, "c", 50, 3)], schema)
+    found = window_tasks(two)
+    assert not found.one_task_keys
+    assert sorted((r["task"], r["st"], r["pairs"]) for r in found.rows) == [(0, 10, 2), (1, 90, 5), (2, 50, 3)]
+    assert window_tasks(one.where("_g != 0")) == window_tasks(one.limit(0))

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from backfill.errors import ExpectationsFailed
 from backfill.ops.base import Check, Operator
@@ -181,7 +182,8 @@ class PublishChecks:
             unique = suite.unique
             results = [self._validate(suite.frame, f"{name}.output", f"staged output of {name}", suite.checks)]
             if unique and all(c in staged.columns for c in unique):
-                results.append(self._validate(duplicated_groups(staged, unique), f"{name}.output.unique",
+                groups = duplicated_groups(staged, unique, suite.stride)
+                results.append(self._validate(groups, f"{name}.output.unique",
                                               f"groups of ({', '.join(unique)}) in the staged output of {name}",
                                               [unique_check(unique)]))
             failed = [r for r in results if not r.success]
@@ -210,14 +212,31 @@ def unique_check(columns: tuple[str, ...]) -> Check:
     return Check("ExpectTableRowCountToEqual", {"value": 0}, f"({', '.join(columns)}) unique")
 
 
-def duplicated_groups(df: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+def duplicated_groups(df: DataFrame, columns: tuple[str, ...], stride: int = 1) -> DataFrame:
     """The groups of `columns` that occur more than once.
 
-    First by a 64-bit hash of the columns: equal groups hash alike, so only the rows whose hash repeats
-    (none, unless the rows are wrong or two groups collide) are then grouped by the columns themselves.
-    The aggregation over every row moves one long per row instead of the columns (3.7M windows: 2.7 s
-    instead of 3.6 s)."""
-    hashed = F.xxhash64(*columns)
-    repeated = df.groupBy(hashed.alias("_hash")).count().where(F.col("count") > 1).select("_hash")
-    suspects = df.join(F.broadcast(repeated), hashed == F.col("_hash"), "left_semi")
+    Exact, in two aggregations. The first finds suspects cheaply: its groups are (a 64-bit hash of the
+    columns but the last; a block of 64 values of the last, `stride` apart), each with its row count and a
+    64-bit mask of the values it holds. A group whose count exceeds its mask's bits holds a repeated value,
+    or two groups of one hash, or a null. Only the rows of those groups (none, unless the rows are wrong) are
+    then grouped by the columns themselves. When the last column is dense (offsets, emit_seq, window starts
+    `stride` = the advance apart), a row per block instead of one per row leaves the first aggregation
+    (3.4M windows: 2.7 s with one hash per row)."""
+    *others, last = columns
+    if isinstance(df.schema[last].dataType, T.IntegralType):
+        value, stride = f"CAST(`{last}` AS BIGINT)", int(stride)
+        # deterministic: equal values share block and bit; a null value has none (bit_or skips it)
+        blocks = {"_hash": F.xxhash64(*others) if others else F.lit(0).cast("long"),
+                  "_block": F.expr(f"({value} div {stride}) div 64"), "_rest": F.expr(f"{value} % {stride}")}
+        bit = F.expr(f"shiftleft(1L, CAST(pmod({value} div {stride}, 64) AS INT))")
+    else:
+        blocks = {"_hash": F.xxhash64(*columns)}
+        bit = F.lit(1).cast("long")  # one group per hash: a count above one is a suspect
+    keyed = df.select(*columns, *[c.alias(n) for n, c in blocks.items()], bit.alias("_bit"))
+    suspect = (keyed.groupBy(*blocks).agg(F.count(F.lit(1)).alias("_n"), F.bit_or("_bit").alias("_bits"))
+               .where(F.col("_n") != F.coalesce(F.bit_count("_bits"), F.lit(0)))
+               .select(*[F.col(n).alias(f"_s{n}") for n in blocks]))
+    # null-safe: the rows whose value is null are a block of their own
+    on = [F.col(n).eqNullSafe(F.col(f"_s{n}")) for n in blocks]
+    suspects = keyed.join(F.broadcast(suspect), on, "left_semi").select(*columns)
     return suspects.groupBy(*columns).count().where(F.col("count") > 1)

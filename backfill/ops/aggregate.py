@@ -200,9 +200,10 @@ class WindowAggregate(Operator):
         return [*outputs, F.max("ts").alias("_window_ts")]
 
     def fused_result(self, groups: DataFrame, records: DataFrame, counts: OperatorCounts,
-                     ledger_groups: DataFrame | None = None) -> OperatorResult:
+                     ledger_groups: DataFrame | None = None, one_task_keys: bool = False) -> OperatorResult:
         """Its output and ledger rows from the one pass's groups (`records`: its RECORD rows, one per record;
-        `ledger_groups`: the groups that are not windows, if stored apart)."""
+        `ledger_groups`: the groups that are not windows, if stored apart; `one_task_keys`: known that no key
+        has windows in two tasks)."""
         assert self.spec is not None and self.spec.aggregate is not None
         w, st = self.windows, self.stream_time
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
@@ -222,12 +223,14 @@ class WindowAggregate(Operator):
             "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
         return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)),
                             ledger=null_keys.unionByName(late), range_column="window_start", windows=windows,
-                            operator=self.name, per_task=True)
+                            operator=self.name, per_task=True, one_task_keys=one_task_keys)
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The window suite and (key, window_start) or (task, emit_seq) uniqueness."""
+        final = self.emit == "final"
         return OutputSuite(window_frame(output, self.windows), window_checks(self.windows, output.columns),
-                           ("key", "window_start") if self.emit == "final" else ("task", "emit_seq"))
+                           ("key", "window_start") if final else ("task", "emit_seq"),
+                           self.windows.advance if final else 1)
 
 
 def window_checks(w: TimeWindows, columns: list[str]) -> list[Check]:
@@ -260,11 +263,13 @@ class FinalWindows(OperatorResult):
     caching every window for several passes.
 
     `per_task`: `windows` has one row per task that kept a window (the one pass, plan/fused.py), `_split` is
-    never set, and the windows kept by several tasks are looked for after the write (`split_windows`)."""
+    never set, and the windows kept by several tasks are looked for after the write (`split_windows`), unless
+    `one_task_keys`: the one pass found every key's windows in one task."""
 
     windows: DataFrame | None = None
     operator: str = ""
     per_task: bool = False
+    one_task_keys: bool = False
 
     def publishable(self, in_range: InRange) -> Publishable:
         """The closed windows in range; the open ones counted; a window kept by two tasks refused."""
@@ -286,7 +291,7 @@ class FinalWindows(OperatorResult):
         def refuse_split(staged: DataFrame) -> None:
             found = metrics()
             split, key = found["split"], found["key"]
-            if self.per_task:
+            if self.per_task and not self.one_task_keys:
                 split, key = split_windows(self.windows.where(in_range(self.range_column)))
             if split:
                 raise PublishError(f"operators.{self.operator}: key {key!r} occurs in several partitions, "

@@ -70,6 +70,7 @@ class OutputSuite:
     frame: DataFrame
     checks: list[Check]
     unique: tuple[str, ...] = ()
+    stride: int = 1  # how far apart the last unique column's values are (a window start's: the advance)
 
 
 @dataclass(frozen=True)

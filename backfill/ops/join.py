@@ -33,7 +33,7 @@ from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
 from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
-from backfill.jobspec.rekeys import join_streams, rekey_why
+from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 
 if TYPE_CHECKING:
@@ -114,6 +114,14 @@ class StreamJoin(Operator):
         """The job's join."""
         assert self.spec is not None and self.spec.join is not None
         return self.spec.join
+
+    def reads(self) -> frozenset[str] | None:
+        """`seq` (the task order) and `timestamp` (a joiner field) always; `headers` only when a re-key names
+        them (a joiner cannot). The rest of the record goes: headers are then not decoded, and no partition
+        time before each record is computed or stored for a job without a cool-down cut."""
+        assert self.spec is not None
+        keys = [r.spec.key for r in rekeys(self.spec)]
+        return frozenset({"seq", "timestamp", *(["headers"] if any("headers" in k for k in keys) else [])})
 
     def stream_time_columns(self) -> dict[str, Column]:
         """ST_j and both window stores' times."""

@@ -213,8 +213,9 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         groups = groups.localCheckpoint(eager=True)
         if stored is not None:
             stored.append(groups)
-        apply_stats(plan, fused.stat_rows(plan, one, groups, seen), ordered, summary)
-        results, dropped = fused.results(one, groups, summary.operators[one.name], stored)
+        tasks = fused.window_tasks(groups)
+        apply_stats(plan, fused.stat_rows(plan, one, tasks, seen), ordered, summary)
+        results, dropped = fused.results(one, groups, summary.operators[one.name], stored, tasks.one_task_keys)
     else:
         progress("checking records")
         _record_stats(plan, ordered, summary)

@@ -118,7 +118,7 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
                        *[c for c in out.columns if c != "_g" and c not in groups]), counted)
 
 
-def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted) -> list[dict[str, Any]]:
+def stat_rows(plan: Plan, op: WindowAggregate, tasks: Tasks, seen: Counted) -> list[dict[str, Any]]:
     """The counting pass's rows (evaluator.apply_stats) from the observation: per drop category of the one
     source (not dropped, unreadable, invalid timestamp), and per task its operator's stream time at the end
     of the data, which is the newest `ts` of its windows (the record with the task's newest timestamp is
@@ -137,24 +137,46 @@ def stat_rows(plan: Plan, op: WindowAggregate, groups: DataFrame, seen: Counted)
     if counted["_fatal"]:
         rows.append({"source": source, "_drop": None, "_fatal": "fatal", "task": None})
         return rows  # apply_stats fails on it
-    tasks = groups.where(F.col("_g") == WINDOW).groupBy("task").agg(
-        F.max("_window_ts").alias("st"), F.sum("_n").alias("pairs")).collect()
     # the counts are accumulated as records pass: a stage that ran twice would have counted twice, which the
     # pairs its windows hold would show (never silently: nothing is published on a mismatch)
-    pairs = sum(r["pairs"] for r in tasks)
+    pairs = sum(r["pairs"] for r in tasks.rows)
     if pairs != (counted["_accepted_pairs"] or 0):
         raise BackfillError(f"internal error: operators.{op.name}: the one pass counted "
                             f"{counted['_accepted_pairs'] or 0} accepted (record, window) pairs and its windows "
                             f"hold {pairs}; nothing was published (please report it)")
-    for r in tasks:
+    for r in tasks.rows:
         rows.append({"source": source, "_drop": None, "_fatal": None, "task": r["task"], "n": 0, "beyond": 0,
                      op.stat("in"): 0, op.stat("nullkey"): 0, op.stat("contrib"): 0, op.stat("late"): 0,
                      op.stat("st"): r["st"], "topic_lo": None, "topic_hi": None})
     return rows
 
 
-def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts, stored: list[DataFrame] | None = None
-            ) -> tuple[dict[str, OperatorResult], DataFrame]:
+@dataclass(frozen=True)
+class Tasks:
+    """Per task of the one pass: its windows' newest `ts` (`st`) and accepted pairs (`pairs`); `one_task_keys`:
+    no key has windows in two tasks (then no window can be kept by two, whatever the range published)."""
+
+    rows: list[Any]
+    one_task_keys: bool
+
+
+def window_tasks(groups: DataFrame) -> Tasks:
+    """The windows per task, and whether each key's windows are in one task, in one job: grouped by key (the
+    windows of a key in one task give one row), then by the key's lowest task. When a key is in several tasks
+    (never with Kafka's partitioning: FinalWindows refuses to publish it) the rows are counted by task again."""
+    windows = groups.where(F.col("_g") == WINDOW)
+    found = windows.groupBy("key").agg(
+        F.min("task").alias("task"), (F.min("task") != F.max("task")).alias("_split"),
+        F.max("_window_ts").alias("st"), F.sum("_n").alias("pairs")).groupBy("task").agg(
+        F.max("st").alias("st"), F.sum("pairs").alias("pairs"), F.max("_split").alias("_split")).collect()
+    if not any(r["_split"] for r in found):
+        return Tasks(found, True)
+    return Tasks(windows.groupBy("task").agg(F.max("_window_ts").alias("st"), F.sum("_n").alias("pairs")).collect(),
+                 False)
+
+
+def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts, stored: list[DataFrame] | None = None,
+            one_task_keys: bool = False) -> tuple[dict[str, OperatorResult], DataFrame]:
     """The operator's result and the records that may give ledger rows (for the source drops).
 
     The ledger's groups (a few percent of the groups) are stored apart when first read, which appends them
@@ -164,4 +186,4 @@ def results(op: WindowAggregate, groups: DataFrame, counts: OperatorCounts, stor
     if stored is not None:
         stored.append(ledger_groups)
     records = repeated(ledger_groups.where(F.col("_g") == RECORD))
-    return {op.name: op.fused_result(groups, records, counts, ledger_groups)}, records
+    return {op.name: op.fused_result(groups, records, counts, ledger_groups, one_task_keys)}, records

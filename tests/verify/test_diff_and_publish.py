@@ -106,3 +106,29 @@ def test_duplicated_groups_are_exact_whatever_their_hashes(spark: Any) -> None:
     longs = spark.createDataFrame([(None, 5), (5, None), (1, 1)], "a long, b long")
     assert longs.select(F.xxhash64("a", "b")).distinct().count() == 2  # the first two collide
     assert duplicated_groups(longs, ("a", "b")).count() == 0
+
+
+@pytest.mark.parametrize("stride", [1, 7, 60_000])
+def test_duplicated_groups_by_blocks_of_values_match_a_count(spark: Any, stride: int) -> None:
+    """The first aggregation groups 64 values of the last column (`stride` apart) under one bit mask: random
+    rows of aligned, unaligned, negative, extreme and null values, with a hash-colliding pair, give exactly
+    the repeated groups a plain count finds, for one column and for two."""
+    import random
+    from collections import Counter
+
+    from backfill.checks.expectations import duplicated_groups
+
+    rng = random.Random(stride)
+    values = [None, -2**63, 2**63 - 1, 63 * stride, 64 * stride, -stride, 1, 0]
+    for _ in range(12):
+        rows = [(rng.choice(["a", "b", "5", None]), rng.choice([*values, rng.randint(-3, 200) * stride,
+                                                                rng.randint(-500, 500)]))
+                for _ in range(rng.randint(0, 40))] + [(None, 5), ("5", None)]
+        df = spark.createDataFrame(rows, "key string, window_start long")
+        expected = {k: n for k, n in Counter(rows).items() if n > 1}
+        found = {(r["key"], r["window_start"]): r["count"]
+                 for r in duplicated_groups(df, ("key", "window_start"), stride).collect()}
+        assert found == expected
+        alone = {k: n for k, n in Counter(v for _, v in rows).items() if n > 1}
+        assert {r["window_start"]: r["count"] for r in
+                duplicated_groups(df.select("window_start"), ("window_start",), stride).collect()} == alone

@@ -91,11 +91,12 @@ class WindowAggregate(Operator):
         """Records with at least one late window."""
         return F.coalesce(late_windows(self.windows, self.stream_time)["late"] > 0, F.lit(False))
 
-    def count_columns(self, live: Column) -> list[Column]:
-        """Records in, null keys, contributing records, late (record, window) pairs, last stream time per task."""
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
+        """Records in, null keys, contributing records, late (record, window) pairs, last stream time per task
+        (`late`: `late_windows` of each record, when computed already: `late_refs()`)."""
         assert self.spec is not None and self.spec.aggregate is not None
         mine = in_source(stream_name(self.spec)) & live
-        wc = late_windows(self.windows, self.stream_time)
+        wc = late or late_windows(self.windows, self.stream_time)
         reach = mine & F.col("key").isNotNull()
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
@@ -132,14 +133,26 @@ class WindowAggregate(Operator):
         aggs = compile_aggregations(self.spec.aggregate.aggregations, f"operators.{self.name}.aggregate")
         return not any(a.order_sensitive for a in aggs) and all(a.reads_only_value for a in aggs)
 
-    def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column, panes: bool = False) -> DataFrame:
+    def late_columns(self) -> dict[str, Column]:
+        """The one pass's per-record `late_windows`, computed once for its counts and rows (`late_refs()`)."""
+        wc = late_windows(self.windows, self.stream_time)
+        return {"_late_n": wc["late"], "_contributing": wc["contributing"]}
+
+    @staticmethod
+    def late_refs() -> dict[str, Column]:
+        """`late_windows` as the columns of `late_columns()`."""
+        return {"late": F.col("_late_n"), "contributing": F.col("_contributing")}
+
+    def fused_rows(self, ordered: DataFrame, live: Column, record_row: Column, panes: bool = False,
+                   late: dict[str, Column] | None = None) -> DataFrame:
         """Each record as the rows of the one pass (plan/fused.py): one ledger row when `record_row` holds
         (RECORD), and for a record reaching the operator one row per window of windowsFor(ts), WINDOW when
         accepted (4.1 step 5), LATE_PAIR otherwise; only `live` records (not cut by the cool-down) have rows.
         `_mark` is the window start (RECORD_MARK: none).
 
         With `panes` (see `panes()`), a record has ONE WINDOW row for all its accepted windows: `_mark` is
-        its pane's start and `_late` how many of its windows (the oldest) are late, each a LATE_PAIR row."""
+        its pane's start and `_late` how many of its windows (the oldest) are late, each a LATE_PAIR row
+        (`late`: `late_refs()` when the frame has `late_columns()`)."""
         assert self.spec is not None
         w, st = self.windows, self.stream_time
         none = F.array().cast("array<bigint>")
@@ -153,15 +166,15 @@ class WindowAggregate(Operator):
                     .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW))
                     .otherwise(F.lit(LATE_PAIR)))
             return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
-        counted = late_windows(w, st)
+        counted = late or late_windows(w, st)
         pane = F.expr(f"(ts div {w.advance}L) * {w.advance}L")
-        late = F.coalesce(F.when(reaching, F.slice(w.starts("ts"), 1, counted["late"].cast("int"))), none)
+        late_marks = F.coalesce(F.when(reaching, F.slice(w.starts("ts"), 1, counted["late"].cast("int"))), none)
         accepted = F.coalesce(F.when(reaching & counted["contributing"], F.array(pane)), none)
         # a late window starts before the newest window, which starts at or before the pane: when the record
         # has a pane row, no late mark equals the pane's start
         kind = (F.when(mark == _RECORD_MARK, F.lit(RECORD))
                 .when(counted["contributing"] & (mark == pane), F.lit(WINDOW)).otherwise(F.lit(LATE_PAIR)))
-        return (ordered.select("*", F.explode(F.concat(record, late, accepted)).alias("_mark"))
+        return (ordered.select("*", F.explode(F.concat(record, late_marks, accepted)).alias("_mark"))
                 .withColumn("_g", kind).withColumn("_late", F.when(F.col("_g") == WINDOW, counted["late"])))
 
     def panes(self) -> Panes | None:
@@ -179,13 +192,13 @@ class WindowAggregate(Operator):
             return None
         return Panes(w, tuple(s for s in splits if s is not None))
 
-    def fused_pairs(self, live: Column) -> Column:
+    def fused_pairs(self, live: Column, late: dict[str, Column] | None = None) -> Column:
         """Aggregation: the accepted (record, window) pairs, counted per record without exploding (the one pass
         checks its count against its windows' records)."""
         w = self.windows
         assert self.spec is not None
         count = (w.last_start("ts") - w.first_start("ts")) / F.lit(w.advance) + 1
-        accepted = count.cast("long") - late_windows(w, self.stream_time)["late"].cast("long")
+        accepted = count.cast("long") - (late or late_windows(w, self.stream_time))["late"].cast("long")
         return F.sum(F.when(live & reaches(self.spec), accepted)).alias("_accepted_pairs")
 
     def fused_aggregations(self, panes: Panes | None = None) -> list[Column]:

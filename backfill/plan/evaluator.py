@@ -209,7 +209,7 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
     to `stored`, released by the caller."""
     if one is not None:
         progress("checking and aggregating records (one pass)")
-        groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan))
+        groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan, one.late_refs()))
         groups = groups.localCheckpoint(eager=True)
         if stored is not None:
             stored.append(groups)
@@ -409,12 +409,13 @@ def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
     apply_stats(plan, rows, ordered, summary)
 
 
-def stat_columns(plan: Plan) -> list[Column]:
-    """The counting pass's aggregations (grouped by STAT_GROUPS, or over all records: plan/fused.py)."""
+def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Column]:
+    """The counting pass's aggregations (grouped by STAT_GROUPS, or over all records: plan/fused.py, whose
+    operator's `late_windows` columns are `late`)."""
     live = ~_beyond(plan)
     cols: list[Column] = [F.count(F.lit(1)).alias("n"), F.count(F.when(~live, 1)).alias("beyond")]
     for op in plan.operators:
-        cols += op.count_columns(live)
+        cols += op.count_columns(live) if late is None else op.count_columns(live, late)
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]

@@ -72,17 +72,20 @@ class Counted:
 def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: list[Column]
              ) -> tuple[DataFrame, Counted]:
     """The groups of the one pass (not yet computed) and the counts of its records, observed when the groups
-    are computed (`counting`: the counting pass's aggregations, over all records)."""
+    are computed (`counting`: the counting pass's aggregations, over all records, reading the operator's
+    `late_columns()`: computed once per record here, for the counts and the rows alike)."""
     unreadable = F.col("_drop").startswith("unreadable")
+    late = op.late_refs()
     columns = [F.struct(*counting).alias("_counts"),
                F.count(F.when(unreadable, 1)).alias("_unreadable"),
                F.count(F.when(F.col("_drop").isNotNull() & ~unreadable, 1)).alias("_invalid"),
-               F.count(F.when(F.col("_fatal").isNotNull(), 1)).alias("_fatal"), op.fused_pairs(live)]
+               F.count(F.when(F.col("_fatal").isNotNull(), 1)).alias("_fatal"), op.fused_pairs(live, late)]
+    ordered = ordered.withColumns(op.late_columns())
     counted = Counted(Observation(), ordered, columns)
     ordered = ordered.observe(counted.seen, *columns)
     record_row = F.col("_drop").isNotNull() | F.col("key").isNull()
     panes = op.panes()
-    rows = op.fused_rows(ordered, live, record_row, panes is not None)
+    rows = op.fused_rows(ordered, live, record_row, panes is not None, late)
     kind = F.col("_g")
     # a ledger row's record, one column: a window row's group has one null there instead of a dozen
     fields = list(dict.fromkeys(c for c in (*_LEDGER, op.stream_time, *_RECORD_ONLY) if c in rows.columns))

@@ -750,6 +750,9 @@ def report(args: argparse.Namespace, started_at: str, info: dict[str, Any], engi
     ratios = [a / b for a, b in ok]
     result_variants: dict[str, Any] = {}
     for name, vals in (("exact", ex), ("inexact", inx)):
+        if not runs[name]:  # not asked for (--variants)
+            result_variants[name] = {"records": n, "not_run": True, "runs": []}
+            continue
         if not vals:
             result_variants[name] = {"records": n, "failed": True, "runs": runs[name]}
             continue
@@ -768,8 +771,8 @@ def report(args: argparse.Namespace, started_at: str, info: dict[str, Any], engi
     rows = [["variant", "records", "seconds (min / median)", "records/s (median)", "peak RSS", "exact/inexact"]]
     for name in ("exact", "inexact"):
         v = result_variants[name]
-        if v.get("failed"):
-            rows.append([name, f"{n:,}", "FAILED", "-", "-", "-"])
+        if v.get("failed") or v.get("not_run"):
+            rows.append([name, f"{n:,}", "not run" if v.get("not_run") else "FAILED", "-", "-", "-"])
             continue
         rows.append([name, f"{n:,}", f"{v['seconds']['min']:.2f} / {v['seconds']['median']:.2f}",
                      f"{v['records_per_s_at_median']:,.0f}", gb(v["peak_rss_bytes_max"]),

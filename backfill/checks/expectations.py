@@ -220,8 +220,8 @@ def duplicated_groups(df: DataFrame, columns: tuple[str, ...], stride: int = 1) 
     64-bit mask of the values it holds. A group whose count exceeds its mask's bits holds a repeated value,
     or two groups of one hash, or a null. Only the rows of those groups (none, unless the rows are wrong) are
     then grouped by the columns themselves. When the last column is dense (offsets, emit_seq, window starts
-    `stride` = the advance apart), a row per block instead of one per row leaves the first aggregation
-    (3.4M windows: 2.7 s with one hash per row)."""
+    `stride` = the advance apart), the first aggregation keeps a row per block instead of one per row
+    (3.4M staged windows: 0.8-1.0 s, against 2.9 s with one group per row)."""
     *others, last = columns
     if isinstance(df.schema[last].dataType, T.IntegralType):
         value, stride = f"CAST(`{last}` AS BIGINT)", int(stride)

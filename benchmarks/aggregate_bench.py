@@ -249,6 +249,8 @@ def ensure_data(args: argparse.Namespace, work: Path) -> tuple[Path, Path, dict[
     meta_file = work / "data" / f"{tag}.meta.json"
     if not args.regen and meta_file.is_file() and sample.is_dir():
         meta = json.loads(meta_file.read_text())
+        # the meta file is the last generation's, which may have written another sample size; this is the one used
+        meta["sample_records"] = min(args.reference_records, args.records)
         meta["cached"] = True
         return data, sample, meta
     meta = generate(data, args.records, args.disorder, args.partitions, args.seed, args.file_rows, sample,

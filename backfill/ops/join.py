@@ -219,7 +219,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
                              F.lit(0).cast("long").alias("_idx"))]
         cached += (lone,)
         if not w.eager:
-            kernel = _outer_store(lone, joinable, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
+            kernel = _outer_store(lone, recs, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
             picked.append(kernel.where(F.col("out_seq").isNotNull()).select(
                 "task", "key", "seq", F.col("out_seq").alias("_out_seq"), F.lit(TRIGGERED).alias("_phase"),
                 F.col("idx").alias("_idx")))
@@ -438,14 +438,18 @@ def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFra
                     range_time=F.col("ts")))
 
 
-def _outer_store(lone: DataFrame, joinable: DataFrame, w: JoinWindows, per_side: bool) -> DataFrame:
-    """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6)."""
+def _outer_store(lone: DataFrame, recs: DataFrame, w: JoinWindows, per_side: bool) -> DataFrame:
+    """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6).
+
+    The triggers are joinable records (key and value set) taken from `recs` as they lie: the kernel groups by
+    task, so the (task, key) exchange of the joinable records would only shuffle them once more."""
     waits = lone.where(F.col("_to") >= F.col("_stj")).select(
         "task", "key", "seq", "ts", *FLAG_COLUMNS, F.lit(True).alias("waits"),
         F.coalesce("del_seq", F.lit(JAVA_MAX)).alias("del_seq"))
-    triggers = joinable.where(F.col("ts") == F.col("_stj")).select(  # only the newest record triggers (step 4)
+    newest = F.col("ts") == F.col("_stj")  # only the newest record triggers (step 4)
+    triggers = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull() & newest).select(
         "task", "key", "seq", "ts", *FLAG_COLUMNS, F.lit(False).alias("waits"), F.lit(JAVA_MAX).alias("del_seq"))
-    schema = KERNEL_SCHEMA.format(key=joinable.schema["key"].dataType.simpleString())
+    schema = KERNEL_SCHEMA.format(key=recs.schema["key"].dataType.simpleString())
     return waits.unionByName(triggers).groupBy("task").applyInPandas(_kernel(w, per_side), schema)
 
 

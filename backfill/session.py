@@ -24,6 +24,8 @@ T = TypeVar("T")
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
 # jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
 JARS_DIR = Path(os.environ.get("BACKFILL_JARS", Path(__file__).resolve().parent.parent / "jvm" / "lib" / "spark"))
+# backfill's own Spark operator (jvm/ops, built by scripts/setup.sh): a task's running values in one streamed pass
+OPS_JAR = Path(__file__).resolve().parent.parent / "jvm" / "lib" / "ops" / "backfill-ops.jar"
 DEFAULT_PROFILE = "local"
 DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
               "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
@@ -227,7 +229,8 @@ def project_jars() -> list[str]:
         raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
                         "scripts/setup.sh once (it resolves them with Maven)")
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped]
+    ops = [str(OPS_JAR)] if OPS_JAR.is_file() else []  # without it, the ordering uses Spark's windows
+    return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped] + ops
 
 
 def _artifact(jar: str) -> str:

@@ -38,6 +38,18 @@ if ! mvn -q -o -f jvm/pom.xml package >/dev/null 2>&1; then
     "check the network or the Maven settings" >&2; exit 2; }
 fi
 
+# --- backfill's own Spark operator (jvm/ops): compiled against the Spark jars pyspark ships, so it always
+# matches the Spark it runs in; built again when its sources or pyspark change ---------------------------------
+SPARK_JARS=$(.venv/bin/python -c "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))")
+OPS_JAR=jvm/lib/ops/backfill-ops.jar
+OPS_STAMP="$(.venv/bin/python -c "import pyspark; print(pyspark.__version__)") $(cat jvm/ops/src/main/java/io/backfill/spark/*.java | cksum)"
+if [ ! -f "$OPS_JAR" ] || [ "$(cat jvm/lib/ops/stamp 2>/dev/null)" != "$OPS_STAMP" ]; then
+  rm -rf jvm/ops/target jvm/lib/ops && mkdir -p jvm/ops/target/classes jvm/lib/ops
+  javac --release 17 -nowarn -cp "$SPARK_JARS/*" -d jvm/ops/target/classes jvm/ops/src/main/java/io/backfill/spark/*.java
+  jar cf "$OPS_JAR" -C jvm/ops/target/classes .
+  echo "$OPS_STAMP" > jvm/lib/ops/stamp
+fi
+
 # --- the driver JVM's class archive: small jobs start 2-3 s sooner (docs/stack.md) ---------------------------
 # written once (about a minute, 150 MB under jvm/lib/cds); BACKFILL_CLASS_ARCHIVE=0 skips it
 if [ "${BACKFILL_CLASS_ARCHIVE-1}" != "0" ] && [ -n "${BACKFILL_CLASS_ARCHIVE-1}" ]; then

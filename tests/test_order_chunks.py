@@ -1,5 +1,7 @@
-"""A one-queue task is ordered chunk by chunk (bounded window partitions): the running values must equal a
-plain pass over the task's records in offset order, across chunk borders, gaps, nulls and dropped records."""
+"""A one-queue task is ordered by backfill's operator (one streamed pass over each sorted task), or without
+it by Spark's windows, over whole tasks or chunk by chunk (bounded window partitions): the running values
+must equal a plain pass over the task's records in offset order, across chunk borders, gaps, nulls and
+dropped records."""
 from __future__ import annotations
 
 import random
@@ -49,6 +51,41 @@ def test_chunked_running_values_equal_one_pass_over_the_task(spark, monkeypatch)
     for r in got:
         assert (r["_partition_time"], r["_partition_time_before"], r["seq"], r["st"]) == \
             expected[(r["task"], r["offset"])], (r["task"], r["offset"])
+
+
+def test_streamed_running_values_equal_one_pass_over_the_task(spark, monkeypatch):
+    """backfill's operator (jvm/ops RunningValues): tasks sharing a Spark partition, a null task, null
+    timestamps, dropped records, a record reaching two operators or none; spread by task, never shuffled again."""
+    rng = random.Random(5)
+    rows = []
+    for task in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, None):  # ten tasks over 8 shuffle partitions: some share one
+        for offset in rng.sample(range(200), rng.randrange(0, 30)):
+            ts = None if rng.random() < 0.1 else rng.randrange(0, 100)
+            rows.append({"partition": task, "offset": offset, "ts": ts,
+                         "key": rng.choice([None, "k", "j"]),
+                         "_drop": "invalid_timestamp" if ts is None and rng.random() < 0.5 else None})
+    df = spark.createDataFrame(rows, "partition int, offset long, ts long, key string, _drop string")
+    assert tasks.running_values_operator(df) is not None, "jvm/lib/ops: run scripts/setup.sh"
+    ordered = tasks.order_records(df, {"st": F.col("key").isNotNull(), "sj": F.col("key") == "j"},
+                                  single_queue=True, stored=[])
+    got = ordered.collect()
+    assert len(got) == len(rows)
+    expected = _expected(rows)
+    for r in got:
+        assert (r["_partition_time"], r["_partition_time_before"], r["seq"], r["st"]) == \
+            expected[(r["task"], r["offset"])], (r["task"], r["offset"])
+        js = [x["ts"] for x in rows if x["partition"] == r["task"] and x["offset"] <= r["offset"]
+              and x["key"] == "j" and x["ts"] is not None]
+        assert r["sj"] == (max(js) if js else None)
+    grouped = ordered.groupBy("task", "key").count()._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in grouped, grouped  # the operator says how its rows are spread
+    monkeypatch.setattr(tasks, "USE_OPERATOR", False)  # Spark's windows over whole tasks: the same values
+    windows = tasks.order_records(df, {"st": F.col("key").isNotNull(), "sj": F.col("key") == "j"},
+                                  single_queue=True, stored=None)
+    assert "Window" in windows._jdf.queryExecution().executedPlan().toString()
+    columns = ["task", "offset", "seq", "_partition_time", "_partition_time_before", "st", "sj"]
+    assert sorted(map(tuple, windows.select(columns).collect()), key=repr) == \
+        sorted(map(tuple, ordered.select(columns).collect()), key=repr)
 
 
 def test_small_inputs_are_ordered_whole_and_large_ones_in_chunks(spark, monkeypatch, tmp_path):

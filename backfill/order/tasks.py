@@ -8,6 +8,9 @@ between queues are broken by source rank (declaration order), which Kafka's heap
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+from py4j.java_gateway import JavaClass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -22,6 +25,7 @@ SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimat
 # inputs Spark estimates above this are ordered in chunks: the benchmark's 100M records (4.4 GB) are, its 10M
 # (0.44 GB, where chunks measured 48 s against 43 s whole: one more pass and a join) are not
 CHUNKED_ABOVE = 2 << 30
+USE_OPERATOR = True  # tests: False orders with Spark's windows alone, to compare both
 
 
 def task_window(given_order: bool) -> Window:
@@ -44,6 +48,10 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     time is the running max of `ts` over those records in task order, this record included
     (processor-local stream time, kafka-streams.md 0).
     """
+    if single_queue and not given_order:
+        streamed = running_values_operator(df)
+        if streamed is not None and not CHUNKED_PARTITIONS:
+            return _one_queue_streamed(df, stream_times, streamed)
     if single_queue and not given_order and stored is not None:
         partitions = CHUNKED_PARTITIONS or ordering_partitions(df)
         if partitions:
@@ -74,6 +82,33 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     for added in steps:
         df = df.select(*[c for c in df.columns if c not in added], *[v.alias(k) for k, v in added.items()])
     return df
+
+
+def running_values_operator(df: DataFrame) -> Any | None:
+    """backfill's own operator (jvm/ops: RunningValues), or None where its jar is not loaded (a session built
+    without it: the ordering then uses Spark's windows, same values)."""
+    if not USE_OPERATOR:
+        return None
+    try:
+        found = df.sparkSession._jvm.io.backfill.spark.RunningValues  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - a remote session has no JVM gateway
+        return None
+    return found if isinstance(found, JavaClass) else None
+
+
+def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], operator: Any) -> DataFrame:
+    """order_records for a task with one queue: its merge order is its offset order, so one sort by (task,
+    offset) within Spark partitions spread by task, and one pass over each sorted partition computes every
+    running value as the records stream by (RunningValues: constant memory, where a Spark window buffers a
+    whole task). Same values as the windows of order_records: the property tests compare them."""
+    added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
+    flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
+    partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+    prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns]) \
+        .withColumns({"_counted": F.col("_drop").isNull(), **flags}) \
+        .repartition(partitions, "task").sortWithinPartitions("task", "offset")
+    jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
+    return DataFrame(jdf, df.sparkSession).drop("_counted", *flags)
 
 
 def check_copartitioned(partition_counts: Mapping[str, int], operator: str) -> int:

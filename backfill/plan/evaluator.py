@@ -129,6 +129,9 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     fields = value_fields(plan)
     records = _narrowed(_read_all(plan, spark, summary, fields, headers), fields)
     progress("ordering records per task")
+    rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
+    if not rekeyed:  # what no step reads is not shuffled nor sorted (a re-key's key may read any column)
+        records = records.select(*_kept_columns(plan, records.columns))
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
     ordered = _ordered(plan, records, summary, stored)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
@@ -136,7 +139,6 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # Only the columns later steps read: the checkpoint is a barrier to Spark's own pruning, and what is
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
     ordered = ordered.select(*_kept_columns(plan, ordered.columns))
-    rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
     # a large input ordered chunk by chunk is stored already (order/tasks.py); the one pass stores its groups
     one = fusable(plan)
     if (rekeyed or not stored) and one is None:

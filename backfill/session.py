@@ -26,6 +26,7 @@ CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.
 JARS_DIR = Path(os.environ.get("BACKFILL_JARS", Path(__file__).resolve().parent.parent / "jvm" / "lib" / "spark"))
 # backfill's own Spark operator (jvm/ops, built by scripts/setup.sh): a task's running values in one streamed pass
 OPS_JAR = Path(__file__).resolve().parent.parent / "jvm" / "lib" / "ops" / "backfill-ops.jar"
+OPS_EXTENSION = "io.backfill.spark.OneStepAggregates"
 DEFAULT_PROFILE = "local"
 DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
               "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
@@ -100,8 +101,16 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
     python = {} if os.environ.get("BACKFILL_DEBUG") else PYTHON_CONF
     profile_conf = {k: str(v) for k, v in (conf.get("config") or {}).items()}
     settings = {**DELTA_CONF, **ENGINE_CONF, **python, **profile_conf, **env_config()}
-    if "spark.jars.packages" not in settings:  # a cluster profile may name Maven coordinates instead
-        settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *project_jars()]))
+    # a cluster profile may name Maven coordinates instead of the pinned jars; backfill's operators are loaded
+    # whenever setup built them
+    jars = project_jars() if "spark.jars.packages" not in settings else []
+    if OPS_JAR.is_file():
+        jars.append(str(OPS_JAR))
+        # one aggregation where Spark plans two over rows spread by the grouping already (jvm/ops)
+        settings["spark.sql.extensions"] = ",".join(filter(None, [settings.get("spark.sql.extensions"),
+                                                                  OPS_EXTENSION]))
+    if jars:
+        settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *jars]))
     for key, value in settings.items():
         builder = builder.config(key, value)
     with _jvm_stderr(jvm_log()):
@@ -229,8 +238,7 @@ def project_jars() -> list[str]:
         raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
                         "scripts/setup.sh once (it resolves them with Maven)")
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    ops = [str(OPS_JAR)] if OPS_JAR.is_file() else []  # without it, the ordering uses Spark's windows
-    return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped] + ops
+    return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped]
 
 
 def _artifact(jar: str) -> str:

@@ -24,7 +24,8 @@ T = TypeVar("T")
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
 # jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
 JARS_DIR = Path(os.environ.get("BACKFILL_JARS", Path(__file__).resolve().parent.parent / "jvm" / "lib" / "spark"))
-# backfill's own Spark operator (jvm/ops, built by scripts/setup.sh): a task's running values in one streamed pass
+# backfill's own Spark operators (jvm/ops, built by scripts/setup.sh): the ordering's running values, one-step
+# aggregations
 OPS_JAR = Path(__file__).resolve().parent.parent / "jvm" / "lib" / "ops" / "backfill-ops.jar"
 OPS_EXTENSION = "io.backfill.spark.OneStepAggregates"
 DEFAULT_PROFILE = "local"

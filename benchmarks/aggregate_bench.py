@@ -574,13 +574,14 @@ def table(rows: list[list[str]]) -> str:
 
 
 def engine_fingerprint() -> dict[str, Any]:
-    """Which engine code ran (the engine is being changed while benchmarks run): content hash of backfill/*.py."""
+    """Which engine code ran (the engine is being changed while benchmarks run): content hash of backfill/*.py
+    and of backfill's Spark operators (jvm/ops/*.java)."""
     import hashlib
 
     import backfill
 
     h = hashlib.sha256()
-    files = sorted((REPO / "backfill").rglob("*.py"))
+    files = sorted((REPO / "backfill").rglob("*.py")) + sorted((REPO / "jvm" / "ops").rglob("*.java"))
     for f in files:
         h.update(str(f.relative_to(REPO)).encode())
         h.update(f.read_bytes())

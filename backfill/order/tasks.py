@@ -100,7 +100,7 @@ def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], opera
     """order_records for a task with one queue: its merge order is its offset order, so one sort by (task,
     offset) within Spark partitions spread by task, and one pass over each sorted partition computes every
     running value as the records stream by (RunningValues: constant memory, where a Spark window buffers a
-    whole task). Same values as the windows of order_records: the property tests compare them."""
+    whole task). Same values as the windows of order_records (tests/test_order_chunks.py compares them)."""
     added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
     flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
     partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)

@@ -1,6 +1,6 @@
 """Benchmark: the demo job as a user runs it (a new process, JVM start included) and on a warm JVM.
 
-    python benchmarks/demo_bench.py [--cold 3] [--warm 3] [--out benchmarks/results/demo.json]
+    python benchmarks/demo_bench.py [--cold 3] [--warm 3] [--floor 0] [--out benchmarks/results/demo.json]
 
 The demo's click sample (20,000 records, 2 partitions, a few percent late; backfill/demo) and its job are
 written once under benchmarks/work/demo/. Then:
@@ -9,6 +9,10 @@ written once under benchmarks/work/demo/. Then:
          issue's "demo job in at most 10 s wall" measures (JVM start, class loading, JIT warm-up included)
   warm   the same command through typer's test runner in ONE process, one after the other: the first
          pays the JVM's start and warm-up, the others show what the run itself costs
+  floor  (--floor N) the least any `backfill run` over Delta does, in a new process each time: start the
+         session as a one-shot command does (its short-run JVM options and class archive), read the demo's
+         Delta input (a count), write one small Delta table. No ordering, no operator, no check: what a
+         10 s target has to fit in before the job does anything
 
 Every run republishes the same range (the same outputs each time; the tables grow by a version). Prints
 wall seconds per run and the min / median, with the engine hash and the load average; writes JSON.
@@ -42,6 +46,23 @@ for _ in range(int(sys.argv[2])):
     assert result.exit_code == 0, result.output
     times.append(round(time.time() - began, 2))
 print(json.dumps(times), flush=True)
+os._exit(0)
+"""
+
+FLOOR = """
+import json, os, sys, time
+began = time.time()
+from backfill.session import get_spark, one_shot_process
+one_shot_process()
+spark = get_spark(input_bytes=1)
+up = time.time()
+records = spark.read.format("delta").load(sys.argv[1])
+count = records.count()
+read = time.time()
+records.select("partition", "offset", "key").write.format("delta").mode("overwrite").save(sys.argv[2])
+wrote = time.time()
+print(json.dumps({"session_s": round(up - began, 2), "delta_read_s": round(read - up, 2),
+                  "delta_write_s": round(wrote - read, 2), "records": count}), flush=True)
 os._exit(0)
 """
 
@@ -80,10 +101,30 @@ def warm(job: Path, runs: int) -> list[float]:
     return times
 
 
+def floor(work: Path, runs: int) -> list[dict[str, float]]:
+    """The floor (module docstring), each run a new process: wall seconds and the child's own phases."""
+    from backfill.demo import SOURCE, WORK_DIR
+
+    out = []
+    for i in range(runs):
+        began = time.time()
+        done = subprocess.run([sys.executable, "-c", FLOOR, str(work / WORK_DIR / SOURCE), str(work / "floor")],
+                              capture_output=True, text=True, cwd=REPO)
+        if done.returncode != 0:
+            raise SystemExit(f"floor run {i + 1} failed: {done.stderr.strip()[-500:]}")
+        phases = {"wall_s": round(time.time() - began, 2), **json.loads(done.stdout.strip().splitlines()[-1])}
+        out.append(phases)
+        print(f"  floor {i + 1}: {phases['wall_s']:.1f} s (session {phases['session_s']:.1f}, Delta read "
+              f"{phases['delta_read_s']:.1f}, Delta write {phases['delta_write_s']:.1f})", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", type=int, default=3, help="runs, each in a new process")
     parser.add_argument("--warm", type=int, default=3, help="runs in one process (the first starts the JVM)")
+    parser.add_argument("--floor", type=int, default=0, help="runs of the floor (a session, a Delta read and "
+                        "write), each in a new process")
     parser.add_argument("--work", type=Path, default=HERE / "work" / "demo")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "demo.json")
     args = parser.parse_args()
@@ -95,9 +136,11 @@ def main() -> None:
     result: dict[str, Any] = {"engine": engine_fingerprint(), "machine": machine(), "job": str(job)}
     result["cold_s"] = cold(job, args.cold) if args.cold else []
     result["warm_s"] = warm(job, args.warm) if args.warm else []
+    result["floor"] = floor(args.work, args.floor) if args.floor else []
     load.append(os.getloadavg())
     result["load_average"] = [[round(x, 2) for x in one] for one in load]
-    rows = [("cold (new process each)", result["cold_s"]), ("warm (after the first)", result["warm_s"][1:])]
+    rows = [("cold (new process each)", result["cold_s"]), ("warm (after the first)", result["warm_s"][1:]),
+            ("floor (new process each)", [f["wall_s"] for f in result["floor"]])]
     print(f"{'runs':<26}{'min s':>8}{'median s':>10}{'records/s':>11}")
     for name, times in rows:
         if times:

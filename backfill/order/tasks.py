@@ -25,6 +25,7 @@ SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimat
 # inputs Spark estimates above this are ordered in chunks: the benchmark's 100M records (4.4 GB) are, its 10M
 # (0.44 GB, where chunks measured 48 s against 43 s whole: one more pass and a join) are not
 CHUNKED_ABOVE = 2 << 30
+SPREAD_BYTES = 128 << 20  # input bytes per Spark partition where a large input's pane groups are merged
 USE_OPERATOR = True  # tests: False orders with Spark's windows alone, to compare both
 
 
@@ -170,14 +171,30 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
     return out.drop("_ct", "_cc", "_cn", "_lb", "_ln", *names.values(), *[f"_l{c}" for c in names.values()])
 
 
-def ordering_partitions(df: DataFrame) -> int | None:
-    """Spark partitions for ordering a large `df` one chunk at a time, or None to order it whole: when Spark's
-    size estimate of the input (file sources) is above CHUNKED_ABOVE, one per SHUFFLE_BYTES of it (bounded
-    window partitions and stored blocks: 274 for the benchmark's 100M records)."""
+def input_bytes(df: DataFrame) -> int | None:
+    """Spark's size estimate of `df` (file sources: the files' bytes), or None when it has none."""
     try:
         size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - an estimate only
         return None
-    if size <= CHUNKED_ABOVE or size >= 1 << 50:  # small enough, or no estimate (Spark's is Long.MaxValue)
+    return None if size >= 1 << 50 else size  # no estimate: Spark's is Long.MaxValue
+
+
+def spread_partitions(df: DataFrame) -> int | None:
+    """Spark partitions to spread a large input's per-task groups over by (task, key) before they are merged
+    again (plan/fused.py: panes into windows), or None for an input Spark estimates at most CHUNKED_ABOVE:
+    one per SPREAD_BYTES of input, at least `spark.sql.shuffle.partitions`."""
+    size = input_bytes(df)
+    if size is None or size <= CHUNKED_ABOVE:
+        return None
+    return max(int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200), -(-size // SPREAD_BYTES))
+
+
+def ordering_partitions(df: DataFrame) -> int | None:
+    """Spark partitions for ordering a large `df` one chunk at a time, or None to order it whole: when Spark's
+    size estimate of the input (file sources) is above CHUNKED_ABOVE, one per SHUFFLE_BYTES of it (bounded
+    window partitions and stored blocks: 274 for the benchmark's 100M records)."""
+    size = input_bytes(df)
+    if size is None or size <= CHUNKED_ABOVE:  # no estimate, or small enough
         return None
     return min(10_000, -(-size // SHUFFLE_BYTES))

@@ -34,7 +34,7 @@ from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.join import as_processed
 from backfill.jobspec.rekeys import copied, rekeys, stream_name
 from backfill.ops.repartition import as_is, partitions_of, repartition
-from backfill.order.tasks import check_copartitioned, order_records
+from backfill.order.tasks import check_copartitioned, order_records, spread_partitions
 from backfill.plan import fused
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
@@ -133,6 +133,8 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     if not rekeyed:  # what no step reads is not shuffled nor sorted (a re-key's key may read any column)
         records = records.select(*_kept_columns(plan, records.columns))
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
+    one = fusable(plan)
+    spread = spread_partitions(records) if one is not None else None  # Spark's estimate of the input
     ordered = _ordered(plan, records, summary, stored)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
     # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
@@ -140,11 +142,10 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # dropped here is neither shuffled, sorted nor computed (unused window columns go too)
     ordered = ordered.select(*_kept_columns(plan, ordered.columns))
     # a large input ordered chunk by chunk is stored already (order/tasks.py); the one pass stores its groups
-    one = fusable(plan)
     if (rekeyed or not stored) and one is None:
         ordered = ordered.localCheckpoint(eager=False)
     try:
-        _run_operators(plan, spark, ordered, summary, progress, started, intervals, stored, one)
+        _run_operators(plan, spark, ordered, summary, progress, started, intervals, stored, one, spread)
     finally:
         for frame in (ordered, *stored):
             release(frame)
@@ -204,14 +205,15 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
                    progress: Progress, started: float, intervals: Intervals | None = None,
-                   stored: list[DataFrame] | None = None, one: WindowAggregate | None = None) -> None:
+                   stored: list[DataFrame] | None = None, one: WindowAggregate | None = None,
+                   spread: int | None = None) -> None:
     """Counts and checks, every operator, the ledger, then publish (nothing is published if a check fails).
 
     `one`: the operator when the one pass runs the plan (plan/fused.py), which appends the groups it stores
-    to `stored`, released by the caller."""
+    to `stored`, released by the caller; `spread`: see fused.one_pass."""
     if one is not None:
         progress("checking and aggregating records (one pass)")
-        groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan, one.late_refs()))
+        groups, seen = fused.one_pass(one, ordered, ~_beyond(plan), stat_columns(plan, one.late_refs()), spread)
         groups = groups.localCheckpoint(eager=True)
         if stored is not None:
             stored.append(groups)

@@ -69,11 +69,14 @@ class Counted:
         return observed(self.seen, self.ordered, self.columns)
 
 
-def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: list[Column]
-             ) -> tuple[DataFrame, Counted]:
+def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: list[Column],
+             spread: int | None = None) -> tuple[DataFrame, Counted]:
     """The groups of the one pass (not yet computed) and the counts of its records, observed when the groups
     are computed (`counting`: the counting pass's aggregations, over all records, reading the operator's
-    `late_columns()`: computed once per record here, for the counts and the rows alike)."""
+    `late_columns()`: computed once per record here, for the counts and the rows alike).
+
+    `spread` (a large input: order/tasks.py spread_partitions): the pane groups are spread over this many
+    Spark partitions by (task, key) before they are merged into windows."""
     unreadable = F.col("_drop").startswith("unreadable")
     late = op.late_refs()
     columns = [F.struct(*counting).alias("_counts"),
@@ -113,6 +116,12 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     if panes is not None:
         if "_chunk" in by:
             out = out.drop("_chunk").repartition("task", "_group_key")
+        elif spread:
+            # by task alone, one Spark task merges a Kafka partition's every window: at 100M records, 10-20M
+            # windows in one hash map, which spilled 3.5 GB and fell back to sorting (benchmarks/README.md).
+            # Spread by (task, key), each merge holds a slice; the pane groups, a fifth of the records at
+            # 100M, are shuffled once more
+            out = out.repartition(spread, "task", "_group_key")
         out = panes.merge(out, ["_g", *groups, "task"])
     record = F.col("_group_record")
     named = {"key": F.coalesce(F.col("_group_key"), record["key"]), "window_start": F.col("_group_window_start"),

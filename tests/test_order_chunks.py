@@ -88,6 +88,23 @@ def test_streamed_running_values_equal_one_pass_over_the_task(spark, monkeypatch
         sorted(map(tuple, ordered.select(columns).collect()), key=repr)
 
 
+def test_constant_columns_skip_the_ordering_and_come_back_in_place(spark):
+    """A one-source plan's `source` and `source_rank` are not shuffled nor sorted with the records: after the
+    ordering they are back, with their type and place, and a stream time's predicate may read them."""
+    rows = [(p, o, (o * 7) % 11, "k" if o % 3 else None, None) for p in (0, 1, 2) for o in range(20)]
+    df = spark.createDataFrame(rows, "partition int, offset long, ts long, key string, _drop string").select(
+        F.lit("clicks").alias("source"), F.lit(3).cast("int").alias("source_rank"), "*")
+    stream_times = {"st": (F.col("source") == "clicks") & F.col("key").isNotNull()}
+    plain = tasks.order_records(df, stream_times, single_queue=True, stored=[])
+    narrowed = tasks.order_records(df, stream_times, single_queue=True, stored=[],
+                                   constants={"source": "clicks", "source_rank": 3})
+    assert narrowed.columns == plain.columns
+    assert narrowed.columns[:len(df.columns) + 1] == [*df.columns, "task"]
+    assert narrowed.schema == plain.schema
+    assert sorted(map(tuple, narrowed.collect())) == sorted(map(tuple, plain.collect()))
+    assert {r["st"] for r in narrowed.collect() if r["offset"] == 19} == {10}  # max of (o * 7) % 11, keyed
+
+
 def test_small_inputs_are_ordered_whole_and_large_ones_in_chunks(spark, monkeypatch, tmp_path):
     df = spark.createDataFrame([(0, 1, 5, "k", None)], "partition int, offset long, ts long, key string, _drop string")
     assert tasks.ordering_partitions(df) is None  # no file-size estimate

@@ -36,7 +36,8 @@ def task_window(given_order: bool) -> Window:
 
 
 def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
-                  single_queue: bool = False, stored: list[DataFrame] | None = None) -> DataFrame:
+                  single_queue: bool = False, stored: list[DataFrame] | None = None,
+                  constants: Mapping[str, Any] | None = None) -> DataFrame:
     """Add `task`, `seq` (1-based, per task), the partition time with and before the record, and one
     stream time per operator (backfill/columns.py).
 
@@ -48,11 +49,14 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     `stream_times` maps a column name to the predicate of records reaching that operator: its stream
     time is the running max of `ts` over those records in task order, this record included
     (processor-local stream time, kafka-streams.md 0).
+
+    `constants`: columns with this one value in every record (a one-source plan's `source` and `source_rank`).
+    Where the ordering streams, they are not carried through its shuffle and sort but put back after it.
     """
     if single_queue and not given_order:
         streamed = running_values_operator(df)
         if streamed is not None and not CHUNKED_PARTITIONS:
-            return _one_queue_streamed(df, stream_times, streamed)
+            return _one_queue_streamed(df, stream_times, streamed, constants or {})
     if single_queue and not given_order and stored is not None:
         partitions = CHUNKED_PARTITIONS or ordering_partitions(df)
         if partitions:
@@ -97,19 +101,28 @@ def running_values_operator(df: DataFrame) -> Any | None:
     return found if isinstance(found, JavaClass) else None
 
 
-def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], operator: Any) -> DataFrame:
+def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], operator: Any,
+                        constants: Mapping[str, Any]) -> DataFrame:
     """order_records for a task with one queue: its merge order is its offset order, so one sort by (task,
     offset) within Spark partitions spread by task, and one pass over each sorted partition computes every
     running value as the records stream by (RunningValues: constant memory, where a Spark window buffers a
-    whole task). Same values as the windows of order_records (tests/test_order_chunks.py compares them)."""
+    whole task). Same values as the windows of order_records (tests/test_order_chunks.py compares them).
+    The `constants` are dropped after the stream times' predicates are computed (they may read them) and put
+    back at the end, in their place: at 100M records, 24 of the about 190 bytes a record takes in the
+    shuffle and in the sort, which spills."""
     added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
     flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
     partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
-    prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns]) \
-        .withColumns({"_counted": F.col("_drop").isNull(), **flags}) \
+    types = {f.name: f.dataType for f in df.schema.fields}
+    kept = {name: value for name, value in constants.items() if name in types}
+    prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns])
+    columns = prepared.columns
+    prepared = prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags}).drop(*kept) \
         .repartition(partitions, "task").sortWithinPartitions("task", "offset")
     jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
-    return DataFrame(jdf, df.sparkSession).drop("_counted", *flags)
+    out = DataFrame(jdf, df.sparkSession)
+    values = [c for c in out.columns if c not in {*columns, *flags, "_counted"}]  # the running values, as added
+    return out.select(*[F.lit(kept[c]).cast(types[c]).alias(c) if c in kept else c for c in columns], *values)
 
 
 def check_copartitioned(partition_counts: Mapping[str, int], operator: str) -> int:

@@ -162,8 +162,10 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     rekeyed = [op for op in plan.operators if op.spec is not None and rekeys(op.spec)]
     stream_times = {name: col for op in plan.operators if op not in rekeyed
                     for name, col in op.stream_time_columns().items()}
-    ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=len(plan.sources) == 1,
-                            stored=stored)
+    one = plan.sources[0] if len(plan.sources) == 1 else None
+    constants = {"source": one.name, "source_rank": one.rank} if one is not None else None  # io/sources.py
+    ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=one is not None,
+                            stored=stored, constants=constants)
     if rekeyed:
         ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
     check_declared(ordered)

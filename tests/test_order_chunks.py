@@ -88,21 +88,36 @@ def test_streamed_running_values_equal_one_pass_over_the_task(spark, monkeypatch
         sorted(map(tuple, ordered.select(columns).collect()), key=repr)
 
 
-def test_constant_columns_skip_the_ordering_and_come_back_in_place(spark):
-    """A one-source plan's `source` and `source_rank` are not shuffled nor sorted with the records: after the
-    ordering they are back, with their type and place, and a stream time's predicate may read them."""
-    rows = [(p, o, (o * 7) % 11, "k" if o % 3 else None, None) for p in (0, 1, 2) for o in range(20)]
-    df = spark.createDataFrame(rows, "partition int, offset long, ts long, key string, _drop string").select(
+def test_records_cross_the_ordering_narrowed_and_come_back_whole(spark, monkeypatch):
+    """The streamed ordering carries a record as narrow as it goes (a one-source plan's `source` and
+    `source_rank` left out, `partition` as `task`, the ledger's columns packed and null but for unusual
+    records, `_raw_ts` only where it is not `ts`): after it every column is back with its type, place and
+    value, as Spark's windows give them, and a stream time's predicate may read any of them."""
+    rng = random.Random(7)
+    rows = []
+    for p in (0, 1, 2):
+        for o in range(30):
+            raw = rng.choice([None, -5, (o * 7) % 11, (o * 7) % 11])
+            ts = raw if raw is not None and raw >= 0 else rng.choice([None, 4])  # a policy's partition time
+            problem = "bad json" if rng.random() < 0.1 else None
+            rows.append((p, o, ts, raw, "k" if o % 3 else None, problem, {"file": "f", "row": o} if problem else None,
+                         "fail" if rng.random() < 0.05 else None, "invalid_timestamp" if ts is None else None))
+    schema = ("partition int, offset long, ts long, _raw_ts long, key string, _problem string, "
+              "_where struct<file: string, row: long>, _fatal string, _drop string")
+    df = spark.createDataFrame(rows, schema).select(
         F.lit("clicks").alias("source"), F.lit(3).cast("int").alias("source_rank"), "*")
-    stream_times = {"st": (F.col("source") == "clicks") & F.col("key").isNotNull()}
-    plain = tasks.order_records(df, stream_times, single_queue=True, stored=[])
+    stream_times = {"st": (F.col("source") == "clicks") & F.col("key").isNotNull() & F.col("_problem").isNull()}
     narrowed = tasks.order_records(df, stream_times, single_queue=True, stored=[],
                                    constants={"source": "clicks", "source_rank": 3})
-    assert narrowed.columns == plain.columns
     assert narrowed.columns[:len(df.columns) + 1] == [*df.columns, "task"]
-    assert narrowed.schema == plain.schema
-    assert sorted(map(tuple, narrowed.collect())) == sorted(map(tuple, plain.collect()))
-    assert {r["st"] for r in narrowed.collect() if r["offset"] == 19} == {10}  # max of (o * 7) % 11, keyed
+    monkeypatch.setattr(tasks, "USE_OPERATOR", False)
+    windows = tasks.order_records(df, stream_times, single_queue=True, stored=None)
+    assert "Window" in windows._jdf.queryExecution().executedPlan().toString()
+    assert [(f.name, f.dataType) for f in narrowed.schema.fields] == \
+        [(f.name, f.dataType) for f in windows.select(narrowed.columns).schema.fields]
+    assert sorted(map(tuple, narrowed.collect()), key=repr) == \
+        sorted(map(tuple, windows.select(narrowed.columns).collect()), key=repr)
+    assert any(r["_raw_ts"] != r["ts"] for r in narrowed.collect())  # the packed case happened
 
 
 def test_small_inputs_are_ordered_whole_and_large_ones_in_chunks(spark, monkeypatch, tmp_path):

@@ -7,6 +7,8 @@ between queues are broken by source rank (declaration order), which Kafka's heap
 """
 from __future__ import annotations
 
+import functools
+from operator import or_
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +29,9 @@ SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimat
 CHUNKED_ABOVE = 2 << 30
 SPREAD_BYTES = 128 << 20  # input bytes per Spark partition where a large input's pane groups are merged
 USE_OPERATOR = True  # tests: False orders with Spark's windows alone, to compare both
+# columns null (or, `_raw_ts`, equal to `ts`) but for the few records that go to the ledger or fail the run
+RARE = ("_problem", "_where", "_raw_ts", "_fatal")
+_RARE = "_rare"
 
 
 def task_window(given_order: bool) -> Window:
@@ -107,22 +112,34 @@ def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], opera
     offset) within Spark partitions spread by task, and one pass over each sorted partition computes every
     running value as the records stream by (RunningValues: constant memory, where a Spark window buffers a
     whole task). Same values as the windows of order_records (tests/test_order_chunks.py compares them).
-    The `constants` are dropped after the stream times' predicates are computed (they may read them) and put
-    back at the end, in their place: at 100M records, 24 of the about 190 bytes a record takes in the
-    shuffle and in the sort, which spills."""
+    The shuffle and the sort (which spills at 100M records) carry each record as narrow as it goes: the
+    `constants` are put back after the operator, `partition` is `task` again, and the RARE columns, null
+    but for a few records, travel as one struct that is null for the others. Each comes back in its place;
+    the stream times' predicates are computed before (they may read any of them)."""
     added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
     flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
     partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
     types = {f.name: f.dataType for f in df.schema.fields}
     kept = {name: value for name, value in constants.items() if name in types}
+    rare = [c for c in RARE if c in types]
     prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns])
     columns = prepared.columns
-    prepared = prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags}).drop(*kept) \
+    # `_raw_ts` is the record's `ts` but where a policy changed it: carried only then
+    unusual = [F.col(c).isNotNull() for c in rare if c != "_raw_ts"]
+    if "_raw_ts" in rare:
+        unusual.append(~F.col("_raw_ts").eqNullSafe(F.col("ts")))
+    packed = {_RARE: F.when(functools.reduce(or_, unusual, F.lit(False)), F.struct(*rare))} if rare else {}
+    prepared = prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags, **packed}) \
+        .drop(*kept, *rare, "partition") \
         .repartition(partitions, "task").sortWithinPartitions("task", "offset")
     jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
     out = DataFrame(jdf, df.sparkSession)
-    values = [c for c in out.columns if c not in {*columns, *flags, "_counted"}]  # the running values, as added
-    return out.select(*[F.lit(kept[c]).cast(types[c]).alias(c) if c in kept else c for c in columns], *values)
+    values = [c for c in out.columns if c not in {*columns, *flags, "_counted", _RARE}]  # the running values
+    back = {**{c: F.lit(v).cast(types[c]) for c, v in kept.items()}, **{c: F.col(f"{_RARE}.{c}") for c in rare},
+            "partition": F.col("task")}
+    if "_raw_ts" in rare:
+        back["_raw_ts"] = F.when(F.col(_RARE).isNull(), F.col("ts")).otherwise(F.col(f"{_RARE}._raw_ts"))
+    return out.select(*[back[c].alias(c) if c in back else c for c in columns], *values)
 
 
 def check_copartitioned(partition_counts: Mapping[str, int], operator: str) -> int:

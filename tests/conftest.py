@@ -120,3 +120,18 @@ def kafka_broker():
     broker = start_broker()
     yield broker
     broker.stop()
+
+
+def delta_tables(work: Path, names: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Delta tables under `work`/data by name, their rows sorted, without `run_id`: a sum of doubles depends on
+    how Spark split the rows, so floats are compared to 9 digits."""
+    from deltalake import DeltaTable
+
+    out = {}
+    for name in names:
+        rows = DeltaTable(str(work / "data" / name)).to_pyarrow_table().to_pylist()
+        for r in rows:
+            r.pop("run_id", None)
+            r.update({k: round(v, 9) for k, v in r.items() if isinstance(v, float)})
+        out[name] = sorted(rows, key=repr)
+    return out

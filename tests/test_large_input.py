@@ -4,6 +4,7 @@ task alone."""
 from __future__ import annotations
 
 from backfill.order import tasks
+from tests.conftest import delta_tables
 
 JOB = """
 name: hop-final
@@ -32,19 +33,6 @@ sinks:
 """
 
 
-def _tables(work) -> dict[str, list[dict]]:
-    from deltalake import DeltaTable
-
-    out = {}
-    for name in ("gold/clicks_5m_hop", "ledger/clicks"):
-        rows = DeltaTable(str(work / "data" / name)).to_pyarrow_table().to_pylist()
-        for r in rows:  # a sum of doubles depends on how Spark split the rows: compared to 9 digits
-            r.pop("run_id", None)
-            r.update({k: round(v, 9) for k, v in r.items() if isinstance(v, float)})
-        out[name] = sorted(rows, key=repr)
-    return out
-
-
 def test_pane_groups_spread_by_key_publish_what_merging_by_task_publishes(spark, monkeypatch, tmp_path):
     from rich.console import Console
 
@@ -61,13 +49,13 @@ def test_pane_groups_spread_by_key_publish_what_merging_by_task_publishes(spark,
     monkeypatch.setattr(fused, "one_pass", lambda *a, **k: (spreads.append(a[4] if len(a) > 4 else None),
                                                             one_pass(*a, **k))[1])
     by_task = execute(job, None, None, None, "spark", quiet, quiet=True)
-    expected = _tables(tmp_path)
+    expected = delta_tables(tmp_path, ("gold/clicks_5m_hop", "ledger/clicks"))
     assert spreads == [None]  # a small input: merged by task
     monkeypatch.setattr(tasks, "CHUNKED_ABOVE", 0)
     monkeypatch.setattr(tasks, "SPREAD_BYTES", 4 << 10)
     spread = execute(job, None, None, None, "spark", quiet, quiet=True)
     assert spreads[1] > int(spark.conf.get("spark.sql.shuffle.partitions"))  # one per 4 KiB of the files
-    assert _tables(tmp_path) == expected
+    assert delta_tables(tmp_path, ("gold/clicks_5m_hop", "ledger/clicks")) == expected
     assert expected["gold/clicks_5m_hop"] and expected["ledger/clicks"]
     keys = ("records_read", "records_processed", "ledger", "ledger_rows")
     assert {k: spread[k] for k in keys} == {k: by_task[k] for k in keys}

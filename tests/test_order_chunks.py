@@ -9,6 +9,7 @@ import random
 from pyspark.sql import functions as F
 
 from backfill.order import tasks
+from tests.conftest import delta_tables
 
 
 def _expected(rows):
@@ -135,17 +136,7 @@ def test_small_inputs_are_ordered_whole_and_large_ones_in_chunks(spark, monkeypa
     assert tasks.ordering_partitions(spark.read.parquet(folder)) is None
 
 
-def _tables(work) -> dict[str, list[dict]]:
-    from deltalake import DeltaTable
-
-    out = {}
-    for name in ("gold/clicks_per_user_1m", "gold/clicks_per_user_5m_hop", "gold/user_sessions", "ledger/clicks"):
-        rows = DeltaTable(str(work / "data" / name)).to_pyarrow_table().to_pylist()
-        for r in rows:  # a sum of doubles depends on how Spark split the rows: compared to 9 digits
-            r.pop("run_id", None)
-            r.update({k: round(v, 9) for k, v in r.items() if isinstance(v, float)})
-        out[name] = sorted(rows, key=repr)
-    return out
+DEMO_TABLES = ("gold/clicks_per_user_1m", "gold/clicks_per_user_5m_hop", "gold/user_sessions", "ledger/clicks")
 
 
 def test_the_demo_job_ordered_in_chunks_publishes_what_it_publishes_ordered_whole(spark, monkeypatch, tmp_path):
@@ -160,11 +151,11 @@ def test_the_demo_job_ordered_in_chunks_publishes_what_it_publishes_ordered_whol
     job = install_job(tmp_path)
     quiet = Console(stderr=True, quiet=True)
     whole = execute(job, None, None, None, "spark", quiet, quiet=True)
-    expected = _tables(tmp_path)
+    expected = delta_tables(tmp_path, DEMO_TABLES)
     monkeypatch.setattr(tasks, "CHUNK_OFFSETS", 64)
     monkeypatch.setattr(tasks, "CHUNKED_PARTITIONS", 3)
     chunked = execute(job, None, None, None, "spark", quiet, quiet=True)
-    assert _tables(tmp_path) == expected
+    assert delta_tables(tmp_path, DEMO_TABLES) == expected
     keys = ("records_read", "records_processed", "ledger", "ledger_rows")
     assert {k: chunked[k] for k in keys} == {k: whole[k] for k in keys}
     assert {k: {f: v for f, v in op.items() if f != "seconds"} for k, op in chunked["operators"].items()} == \

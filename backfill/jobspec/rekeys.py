@@ -116,3 +116,27 @@ def repartition_count(op: OperatorSpec, count: Callable[[str], int]) -> int:
     if fixed:
         return next(iter(fixed.values()))
     return max(count(r.input) for r in rekeys(op))
+
+
+def subtopologies(operators: list[OperatorSpec], sources: list[str]) -> dict[str, int]:
+    """Each source's sub-topology, numbered from 0 in the order of the first source of each (docs/semantics.md
+    §2.5): the sources one operator reads as they are belong together; a re-keyed input is read by a
+    sub-topology of its own that writes the repartition topic, and the input a re-keyed join keeps as it is
+    is read by the join's downstream tasks. Kafka Streams gives every sub-topology its own tasks, so each
+    has its own PartitionGroup: a queue of one never takes part in another's choice."""
+    parent = {s: s for s in sources}
+
+    def root(s: str) -> str:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    for op in operators:
+        if rekeys(op) or op.rules is not None:
+            continue
+        read = [s for s in op.inputs if s in parent]
+        for other in read[1:]:
+            parent[root(other)] = root(read[0])
+    numbers: dict[str, int] = {}
+    return {s: numbers.setdefault(root(s), len(numbers)) for s in sources}

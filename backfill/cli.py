@@ -251,8 +251,9 @@ def conformance(
             "--kafka-streams", help="Kafka Streams version to judge with (repeatable; default: every version "
                                     "set up in jvm/lib).")] = None,
         operator: Annotated[list[str] | None, typer.Option(
-            "--operator", help="aggregate, session, sliding, join (judged by Kafka Streams) or rules (judged by "
-                               "Flink); repeatable; default: all.")] = None,
+            "--operator", help="aggregate, session, sliding, join (judged by Kafka Streams), order (the merge of a "
+                               "task's queues, judged by a live Kafka Streams application on a local broker) or "
+                               "rules (judged by Flink); repeatable; default: all but order.")] = None,
         scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,
         engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",
@@ -272,8 +273,8 @@ def conformance(
     with handled():
         kinds = operator or [*KINDS, "rules"]
         for kind in kinds:
-            if kind not in (*KINDS, "rules"):
-                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}, rules")
+            if kind not in (*KINDS, "order", "rules"):
+                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}, order, rules")
         engines = {"both": ("spark", "reference"), "spark": ("spark",), "reference": ("reference",)}.get(engine)
         if engines is None:
             raise SpecError(f"--engine {engine!r}: use spark, reference or both")
@@ -300,6 +301,14 @@ def conformance(
 
                     rows += run_rules(scenarios, seed, engines, run_ours, Path(work), failures, progress=progress)
                     continue
+                if kind == "order":
+                    from backfill.conformance.order import run_order
+                    from backfill.session import get_spark
+
+                    session = get_spark(profile) if "spark" in engines else None
+                    rows += [(v, run_order(scenarios, seed, v, engines, Path(work), failures, spark=session,
+                                           progress=progress)) for v in chosen]
+                    continue
                 rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures,
                                  progress=progress)
         differing = sum(len(r.differences) for _, r in rows)
@@ -317,6 +326,13 @@ def conformance(
                               f"{r.dropped:,}", *(f"{r.agreeing[e]:,}" if e in r.agreeing else "-" for e in engines),
                               f"{len(r.differences):,}")
             out.print(table)
+            for version, r in rows:
+                for engine, n in getattr(r, "first_offer", {}).items():
+                    if n:
+                        out.print(f"order ({engine}, Kafka Streams {version}): {n} task(s) whose two queues start with "
+                                  "the same timestamp took the other first offering (the consumer handed the later-"
+                                  "named partition over first, docs/semantics.md §2.4); the rest of their order "
+                                  "agrees", highlight=False)
             for _, r in rows:
                 for d in r.differences:
                     if d.repro:

@@ -133,3 +133,31 @@ def test_spark_merges_queues_as_the_reference_does(tmp_path, spark, seed, monkey
     assert _order(job, "spark") == reference, f"seed {seed}, topics {topics}"
     monkeypatch.setattr(tasks, "USE_OPERATOR", False)
     assert _order(job, "spark") == reference, f"seed {seed} (without the operator), topics {topics}"
+
+
+@pytest.mark.spark
+def test_a_recorded_order_streams_as_the_windows_number_it(tmp_path, spark, monkeypatch):
+    """order_by: the operator's pass in the recorded order gives the same seq, partition times and stream
+    times as Spark's windows over whole tasks (the path without the jar)."""
+    rng = random.Random(5)
+    for name, topic in zip("ab", ("t1", "t2"), strict=True):
+        rows = _partitions(rng, topic, 6)
+        for r in rows:
+            r["seq"] = rng.randint(0, 30)  # recorded positions, ties included
+        write_jsonl(tmp_path / "inputs" / f"{name}.jsonl", rows)
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB.replace("PARTS", "6").replace("on_invalid: skip}}", "on_invalid: skip}, order_by: seq}")
+                   .replace("  c: {format: jsonl, path: inputs/c.jsonl, timestamp: {extractor: record, on_invalid: "
+                            "skip}, order_by: seq}\n", "")
+                   .replace("  - name: n\n    aggregate: {input: c, window: {type: tumbling, size: 10ms, grace: 0ms}, "
+                            "aggregations: {n: count()}}\n", "").replace(", n: {format: none}", ""))
+
+    def inspected() -> list[dict]:
+        result = CliRunner().invoke(app, ["inspect", str(job), "--json", "--limit", "0"])
+        assert result.exit_code == 0, result.stderr
+        return sorted((json.loads(line) for line in result.stdout.splitlines() if line.strip()),
+                      key=lambda r: (r["task"], r["seq"]))
+
+    streamed = inspected()
+    monkeypatch.setattr(tasks, "USE_OPERATOR", False)
+    assert streamed == inspected() and len(streamed) > 20

@@ -64,6 +64,8 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
     """
     if not single_queue and not given_order:
         return _several_queues(df, stream_times, queues)
+    if given_order and queues is not None and merged_queues_operator(df) is not None:
+        return _recorded_streamed(df, stream_times, queues)
     if single_queue and not given_order:
         streamed = running_values_operator(df)
         if streamed is not None and not CHUNKED_PARTITIONS:
@@ -199,17 +201,10 @@ def _shuffle_partitions(df: DataFrame) -> int:
     return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
 
 
-MERGE_COLUMNS = ("_queue", "_group", "_counted", "_merge_key", "_next_head", "_in_heap", "_marker")
-
-
-def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues | None) -> DataFrame:
-    """order_records for tasks of several queues: merged as Kafka Streams' heap takes them (§2.2-§2.5), by
-    backfill's operator where its jar is loaded, else by the same rule in Python per task."""
-    if queues is None:
-        raise OrderingError("internal error: the queues of a task of several were not given")
-    operator = merged_queues_operator(df)
-    if operator is None:
-        return _several_queues_by_task(df, stream_times, queues)
+def _streamed_heads(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues, operator: Any
+                    ) -> tuple[DataFrame, _Narrow, list[str], dict[str, Column], int]:
+    """The first pass of MergedQueues: the records narrowed, spread by task, sorted by (task, queue, offset),
+    each with its queue's running values (partition time, merge key, next head) and each queue's marker."""
     added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
     flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
     partitions = _shuffle_partitions(df)
@@ -221,12 +216,38 @@ def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Q
         .repartition(partitions, "task").sortWithinPartitions("task", "_queue", "offset")
     heads = DataFrame(operator.heads(prepared._jdf, "task", "_queue", "ts", "_counted", queues.bounds(), partitions),
                       df.sparkSession)
+    return heads, narrow, columns, flags, partitions
+
+
+def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues | None) -> DataFrame:
+    """order_records for tasks of several queues: merged as Kafka Streams' heap takes them (§2.2-§2.5), by
+    backfill's operator where its jar is loaded, else by the same rule in Python per task."""
+    if queues is None:
+        raise OrderingError("internal error: the queues of a task of several were not given")
+    operator = merged_queues_operator(df)
+    if operator is None:
+        return _several_queues_by_task(df, stream_times, queues)
+    heads, narrow, columns, flags, partitions = _streamed_heads(df, stream_times, queues, operator)
     # a greedy merge by head timestamp takes rows in non-decreasing merge key: only ties change places
     heads = heads.sortWithinPartitions("task", F.col("_merge_key").asc_nulls_first(), "_group", "_queue", "offset")
     jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
                          list(stream_times), len(queues.names), partitions)
-    out = DataFrame(jdf, df.sparkSession)
-    return narrow.restore(out, columns, ["seq", "_partition_time", "_partition_time_before", *stream_times])
+    return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
+
+
+def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
+    """order_records for a recorded order (order_by): each queue's partition time in offset order, then the
+    running values in the recorded order (seq, source rank, offset), both streamed (MergedQueues); the
+    source's own `seq` is kept as `_recorded_seq`."""
+    operator = merged_queues_operator(df)
+    recorded = df.withColumn("_recorded_seq", F.col("seq"))
+    heads, narrow, columns, flags, partitions = _streamed_heads(recorded, stream_times, queues, operator)
+    heads = heads.sortWithinPartitions("task", "_recorded_seq", "source_rank", "offset")
+    jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
+                         list(stream_times), max(len(queues.names), 1), partitions, True)
+    return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
 
 
 def _several_queues_by_task(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:

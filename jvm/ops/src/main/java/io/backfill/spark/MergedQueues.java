@@ -71,6 +71,16 @@ public final class MergedQueues {
   public static Dataset<Row> merge(Dataset<Row> sorted, String task, String queue, String group, String topic,
                                    String ts, String counted, List<String> flags, List<String> names,
                                    int queues, int partitions) {
+    return merge(sorted, task, queue, group, topic, ts, counted, flags, names, queues, partitions, false);
+  }
+
+  /**
+   * {@code recorded}: the rows come in a recorded processing order ({@code order_by}: sorted by task, then that
+   * order) and leave in it, with their running values; the heap is not consulted and the markers do not leave.
+   */
+  public static Dataset<Row> merge(Dataset<Row> sorted, String task, String queue, String group, String topic,
+                                   String ts, String counted, List<String> flags, List<String> names,
+                                   int queues, int partitions, boolean recorded) {
     if (flags.size() != names.size()) {
       throw new IllegalArgumentException("one name per flag column");
     }
@@ -83,7 +93,8 @@ public final class MergedQueues {
     }
     int[] at = Plans.indexes(in, List.of(queue, group, topic, ts, counted, "_merge_key", "_next_head", "_in_heap",
         "_marker"));
-    Merge pass = new Merge(in.fieldIndex(task), in.apply(task).dataType(), at, Plans.indexes(in, flags), queues, out);
+    Merge pass = new Merge(in.fieldIndex(task), in.apply(task).dataType(), at, Plans.indexes(in, flags), queues, out,
+        recorded);
     JavaRDD<InternalRow> rows = df.queryExecution().toRdd().toJavaRDD().mapPartitions(pass::over);
     return Plans.spreadByTask(df.sparkSession(), rows, out, in.fieldIndex(task), partitions);
   }
@@ -241,14 +252,16 @@ public final class MergedQueues {
     private final int[] flags;
     private final int queues;
     private final StructType out;
+    private final boolean recorded;
 
-    Merge(int task, DataType taskType, int[] at, int[] flags, int queues, StructType out) {
+    Merge(int task, DataType taskType, int[] at, int[] flags, int queues, StructType out, boolean recorded) {
       this.task = task;
       this.taskType = taskType;
       this.at = at;
       this.flags = flags;
       this.queues = queues;
       this.out = out;
+      this.recorded = recorded;
     }
 
     Iterator<InternalRow> over(Iterator<InternalRow> records) {
@@ -297,6 +310,12 @@ public final class MergedQueues {
             heaps.clear();
             markers.clear();
             built = false;
+          }
+          if (recorded) {
+            if (!r.getBoolean(at[MARKER])) {
+              emit(r);
+            }
+            return;
           }
           if (r.getBoolean(at[MARKER])) {
             String name = r.isNullAt(at[TOPIC]) ? "" : r.getUTF8String(at[TOPIC]).toString();

@@ -96,22 +96,28 @@ AGGREGATIONS = """n: count()
         first_n: first(value.n)"""
 
 
+EMITS = ("updates", "final", "suppress")  # suppress: emit: final with close: suppress (docs/semantics.md 4.5)
+
+
 def _job(policies: list[str], schema: Path | str, windows: list[str] = WINDOWS, aggregations: str = AGGREGATIONS,
          name: str = "prop") -> str:
-    """One source per window config (s<i>), operators agg<i>_updates and agg<i>_final, JSONL sinks."""
+    """One source per window config (s<i>), operators agg<i>_updates, agg<i>_final (on_window_close) and
+    agg<i>_suppress, JSONL sinks."""
     sources, ops, sinks = [], [], []
     for i, (window, policy) in enumerate(zip(windows, policies, strict=True)):
         sources.append(f"  s{i}: {{format: jsonl, path: inputs/s{i}.jsonl, value: {{format: json, schema: {schema}}}, "
                        f"on_error: skip, timestamp: {{extractor: record, on_invalid: {policy}}}}}")
-        for emit in ("updates", "final"):
+        for emit in EMITS:
             op = f"agg{i}_{emit}"
+            close = "on_window_close" if emit == "final" else emit
+            how = "updates" if emit == "updates" else f"final\n      close: {close}"
             ops.append(f"""  - name: {op}
     aggregate:
       input: s{i}
       window: {window}
       aggregations:
         {aggregations}
-      emit: {emit}""")
+      emit: {how}""")
             sinks.append(f"  {op}: {{format: jsonl, path: out/{op}.jsonl}}")
     nl = chr(10)
     return f"""
@@ -159,10 +165,10 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
             oracle = run_job(tmp / f"ref{len(args)}", job, inputs, *args, engine="reference")
             assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
             for i in range(len(WINDOWS)):
-                for emit in ("updates", "final"):
+                for emit in EMITS:
                     name = f"agg{i}_{emit}"
                     assert _rows(fast.outputs.get(name, [])) == _rows(oracle.outputs[name]), label + name
-                    if emit == "final":
+                    if emit != "updates":
                         open_windows = len(oracle.summary["incomplete"][name])
                         assert fast.summary["operators"][name]["incomplete_windows"] == open_windows, label + name
             assert _ledger(fast.ledger) == _ledger(oracle.ledger), label + "ledger"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backfill.conformance.scenarios import Scenario
+from backfill.jobspec.models import DAY_MS
 from backfill.errors import SpecError
 from backfill.session import SHORT_RUN_OPTIONS
 
@@ -62,15 +63,20 @@ def encode(scenarios: list[Scenario]) -> str:
     lines = []
     for sc in scenarios:
         c = sc.config
+        # emit: final is suppress(untilWindowCloses) or emitStrategy(onWindowClose()), as the job says; the
+        # latter with a window store that keeps every window (a day): with the default retention a jump in
+        # stream time hides closed windows from the emitting fetch, which then never emits them
+        # (docs/semantics.md 4.5, 10.5)
+        emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c["emit"])
+        keep = f"\t{DAY_MS}" if emit == "close" else ""
         if sc.kind == "aggregate":
-            lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{c['emit']}")
+            lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{emit}"
+                         + (f"\tours{keep}" if keep else ""))
         elif sc.kind in ("session", "sliding"):
-            # emit: final is emit-on-close (ON_WINDOW_CLOSE); for sliding windows with a store that keeps every
-            # window (`last`): with the default retention a stream-time jump hides closed windows from the
-            # emitting fetch, which then never emits them (README "Fidelity")
-            emit = {"final": "close" if sc.kind == "session" else "last"}.get(c["emit"], c["emit"])
             width = c["gap"] if sc.kind == "session" else c["diff"]
-            lines.append(f"S\t{sc.id}\t{'sess' if sc.kind == 'session' else 'slide'}\t{width}\t{c['grace']}\t{emit}")
+            kind = "sess" if sc.kind == "session" else "slide"
+            # the session store's emitting fetch is not filtered by retention (only whole segments expire)
+            lines.append(f"S\t{sc.id}\t{kind}\t{width}\t{c['grace']}\t{emit}" + (keep if kind == "slide" else ""))
         else:
             lines.append(f"S\t{sc.id}\tjoin\t{c['how']}\t{c['before']}\t{c['after']}\t{c['grace']}\t{int(c['eager'])}")
         lines.append(f"T\t{sc.id}")

@@ -59,19 +59,23 @@ class Scenario:
         return {"id": self.id, "kind": self.kind, "config": self.config, "records": self.records}
 
 
+# emit: updates, and emit: final by each of Kafka Streams' two mechanisms (docs/semantics.md 4.5)
+EMITS = ({"emit": "updates"}, {"emit": "final", "close": "suppress"}, {"emit": "final", "close": "on_window_close"})
+
+
 def aggregate_configs() -> list[dict[str, Any]]:
-    """Every window configuration in both emit modes."""
-    return [{"size": s, "advance": a, "grace": g, "emit": e} for s, a, g in AGG_WINDOWS for e in ("updates", "final")]
+    """Every window configuration in every emit mode."""
+    return [{"size": s, "advance": a, "grace": g, **e} for s, a, g in AGG_WINDOWS for e in EMITS]
 
 
 def session_configs() -> list[dict[str, Any]]:
-    """Every session window in both emit modes."""
-    return [{"gap": g, "grace": gr, "emit": e} for g, gr in SESSION_WINDOWS for e in ("updates", "final")]
+    """Every session window in every emit mode."""
+    return [{"gap": g, "grace": gr, **e} for g, gr in SESSION_WINDOWS for e in EMITS]
 
 
 def sliding_configs() -> list[dict[str, Any]]:
-    """Every sliding window in both emit modes."""
-    return [{"diff": d, "grace": gr, "emit": e} for d, gr in SLIDING_WINDOWS for e in ("updates", "final")]
+    """Every sliding window in every emit mode."""
+    return [{"diff": d, "grace": gr, **e} for d, gr in SLIDING_WINDOWS for e in EMITS]
 
 
 def join_configs() -> list[dict[str, Any]]:
@@ -162,7 +166,8 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
             operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n"
                              f"      window: {_window(kind, c)}\n"
                              f"      aggregations: {{c: count(), s: sum(value.n), f: {{fold: {{init: \"''\", "
-                             f"step: \"{FOLD}\"{merge}}}}}}}\n      emit: {c['emit']}")
+                             f"step: \"{FOLD}\"{merge}}}}}}}\n      emit: {c['emit']}"
+                             + (f"\n      close: {c['close']}" if "close" in c else ""))
         else:
             window = f"{{before: {c['before']}ms, after: {c['after']}ms, grace: {c['grace']}ms}}"
             operators.append(f"  - name: {op}\n    join:\n      left: {sides['left']}\n      right: {sides['right']}\n"

@@ -183,6 +183,11 @@ class GroupBySpec(Strict):
     partitions: int | None = Field(default=None, gt=0)  # the repartition topic's (default: the input's)
 
 
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads `on` and `off` as booleans."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
 def _group_by(value: Any) -> Any:
     return {"key": value} if isinstance(value, str) else value
 
@@ -193,6 +198,22 @@ class AggregateSpec(Strict):
     window: WindowSpec
     aggregations: dict[str, Aggregation] = Field(min_length=1)
     emit: Literal["updates", "final"] = "updates"
+    # emit: final: which of Kafka Streams' two mechanisms the application uses (docs/semantics.md §4.5)
+    close: Literal["suppress", "on_window_close"] | None = None
+    # the application's record cache for this store (docs/semantics.md §14); YAML reads on/off as booleans
+    cache: Annotated[Literal["on", "off"], BeforeValidator(_on_off)] = "off"
+
+    @property
+    def close_mechanism(self) -> str:
+        """The final mechanism: `close`, else on_window_close (what every job before `close` existed meant)."""
+        return self.close or "on_window_close"
+
+    @model_validator(mode="after")
+    def _close_with_final(self) -> AggregateSpec:
+        if self.close is not None and self.emit != "final":
+            raise ValueError("@close: only with emit: final (an update stream forwards every update; close names "
+                             "how final windows are emitted: suppress or on_window_close)")
+        return self
 
     @field_validator("aggregations")
     @classmethod

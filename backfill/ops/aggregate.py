@@ -48,7 +48,7 @@ class WindowAggregate(Operator):
         text = (f"{w.type} size {format_duration(size)}" + (f" advance {format_duration(advance)}"
                                                             if w.type == "hopping" else "")
                 + f" grace {format_duration(grace)}")
-        why = rekey_why(spec)
+        why = rekey_why(spec) + close_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start} are read; an older record cannot fall into a "
                        "window starting at or after --start, nor raise stream time above a record that does")
@@ -244,6 +244,27 @@ class WindowAggregate(Operator):
         return OutputSuite(window_frame(output, self.windows), window_checks(self.windows, output.columns),
                            ("key", "window_start") if final else ("task", "emit_seq"),
                            self.windows.advance if final else 1)
+
+
+def close_why(spec: OperatorSpec) -> list[str]:
+    """What `plan` says about an `emit: final` operator's mechanism (docs/semantics.md sections 4.5, 10.4, 11.5)."""
+    agg = spec.aggregate
+    if agg is None or agg.emit != "final":
+        return []
+    if agg.close_mechanism == "suppress":
+        return ["emit: final by suppress(untilWindowCloses): a window is released once suppress's stream time "
+                "reaches its end + grace (sessions: + gap); a sliding or session window updated after its "
+                "release is released again (rows numbered by emit_seq)"]
+    return ["emit: final by emitStrategy(onWindowClose()): a window is emitted once stream time reaches its end "
+            "+ grace (sliding and session windows: passes it, + gap for sessions)"]
+
+
+def numbered_finals(spec: OperatorSpec) -> bool:
+    """Whether its final rows carry `emit_seq` and `task`: suppress on sliding or session windows, which may
+    release a window more than once."""
+    agg = spec.aggregate
+    return (agg is not None and agg.emit == "final" and agg.close_mechanism == "suppress"
+            and agg.window.type in ("sliding", "session"))
 
 
 def window_checks(w: TimeWindows, columns: list[str]) -> list[Check]:
@@ -466,8 +487,10 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
 
 
 def final_columns(windows: DataFrame) -> list[str]:
-    """The output columns of an `emit: final` windows frame (without `task`, `_closed`, `_split`)."""
-    return [c for c in windows.columns if c not in ("task", "_closed", "_split")]
+    """The output columns of an `emit: final` windows frame (without `_closed`, `_split`, and `task` unless the
+    rows are numbered by `emit_seq`: suppress may release a sliding or session window more than once)."""
+    numbered = "emit_seq" in windows.columns
+    return [c for c in windows.columns if c not in ("_closed", "_split") and (c != "task" or numbered)]
 
 
 def _windows(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows) -> DataFrame:

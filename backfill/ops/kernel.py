@@ -3,6 +3,7 @@ store in processing order in a per-task kernel (DESIGN.md decision 1), so they r
 and null drops in the counting pass, and learn the late records from the kernel."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -70,3 +71,44 @@ class KernelAggregate(Operator):
                 counts.dropped[reason] += r[self.stat(reason)]
         return counts
 
+
+
+def key_bytes(key: Any) -> bytes:
+    """A key as its serializer writes it (text: UTF-8, long: 8 bytes big-endian, bytes as they are): the
+    suppress buffer orders equal buffer times by the serialized windowed key."""
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key.to_bytes(8, "big", signed=True)
+    return str(key).encode("utf-8")
+
+
+class SuppressBuffer:
+    """suppress(untilWindowCloses) replayed inside a kernel (docs/semantics.md section 4.5): its own stream
+    time (the largest timestamp forwarded to it), the latest update per window, released once its buffer time
+    is at or before stream time - `duration`, in buffer order (buffer time, serialized key). Updates are the
+    kernel's own references (None: a tombstone, dropped when released); `released` lists them in release order.
+    A window's buffer time never changes, so a heap holds each buffered window once."""
+
+    def __init__(self, duration: int) -> None:
+        self.duration = duration
+        self.stream_time: int | None = None
+        self.latest: dict[Any, Any] = {}  # buffered window -> its latest update
+        self.heap: list[tuple[int, bytes, int, Any]] = []
+        self.released: list[Any] = []
+
+    def put(self, window: Any, buffer_time: int, serialized: bytes, update: Any, ts: int) -> None:
+        """One forwarded update and its timestamp; then release what is due."""
+        self.stream_time = ts if self.stream_time is None else max(self.stream_time, ts)
+        if window not in self.latest:
+            heapq.heappush(self.heap, (buffer_time, serialized, len(self.heap), window))
+        self.latest[window] = update
+        expiry = self.stream_time - self.duration
+        while self.heap and self.heap[0][0] <= expiry:
+            update = self.latest.pop(heapq.heappop(self.heap)[3])
+            if update is not None:
+                self.released.append(update)
+
+    def pending(self) -> list[Any]:
+        """The updates still buffered (tombstones aside)."""
+        return [u for u in self.latest.values() if u is not None]

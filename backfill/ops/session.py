@@ -14,7 +14,8 @@ sessions each record found, whether it was late, the merge tree. Spark then comp
   merge, the record's step) in Spark's `aggregate`.
 
 `emit: updates` emits, per record, a tombstone for each merged-away session and then the merged session;
-`emit: final` emits the sessions closed by the end of the data (end < ST - grace - gap, ON_WINDOW_CLOSE).
+`emit: final` emits the sessions closed by the end of the data (end < ST - grace - gap, ON_WINDOW_CLOSE), or
+with `close: suppress` each session value suppress released (the kernel replays its buffer).
 """
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ from sqlglot import exp
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, close_why, final_columns, numbered_finals
 from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
-from backfill.ops.kernel import KernelAggregate
+from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
 from backfill.sqldialect import SparkSQL
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 SLOTS = 8  # outputs per record at most (tombstones + the merged session): emit_seq = seq * SLOTS + position
 KERNEL_SCHEMA = ("task int, seq long, late boolean, window_start long, window_end long, pos long, node_lo long, "
                  "root_lo long, is_root boolean, groups array<long>, tomb array<struct<start:long,end:long>>, "
-                 "init_idx long, step_idx long, merge_idx long, replaced boolean")
+                 "init_idx long, step_idx long, merge_idx long, replaced boolean, released long, pending boolean")
 INIT, MERGE, STEP = 0, 1, 2
 
 
@@ -64,7 +65,7 @@ class SessionAggregate(KernelAggregate):
         assert agg is not None
         compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate", session=True)
         gap, grace = int(agg.window.gap or 0), agg.window.grace_ms
-        why = rekey_why(spec)
+        why = rekey_why(spec) + close_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - gap} are read (one gap before --start): a "
                        "record further back can only reach a session at or after --start through a record within "
@@ -111,16 +112,20 @@ class SessionAggregate(KernelAggregate):
         checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
                   Check("ExpectColumnValuesToBeInSet", {"column": "_bounds_ok", "value_set": [True]},
                         "window_start <= window_end == ts (a session's timestamp is its end)")]
-        unique = ("key", "window_start", "window_end") if self.emit == "final" else ("task", "emit_seq")
+        assert self.spec is not None
+        final = self.emit == "final" and not numbered_finals(self.spec)
+        unique = ("key", "window_start", "window_end") if final else ("task", "emit_seq")
         return OutputSuite(frame, checks, unique)
 
 
 # ---------------------------------------------------------------------------------------------- the kernel
-def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, grace: int, groups: bool
-                    ) -> dict[str, list[Any]]:
+def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, grace: int, groups: bool,
+                    suppress: bool = False) -> dict[str, list[Any]]:
     """Replay one task's session store in processing order (kafka-streams.md 6 steps 2-5, 9).
 
-    Returns one list per KERNEL_SCHEMA column (without task and seq), one entry per record.
+    Returns one list per KERNEL_SCHEMA column (without task and seq), one entry per record. With `suppress`,
+    also what suppress(untilWindowCloses) does with the forwarded updates (`released`: the node's place in
+    the task's releases; `pending`: still buffered at the end), docs/semantics.md section 11.5.
     """
     n = len(ts)
     retention = gap + grace
@@ -133,6 +138,7 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
     has_parent = [False] * n
     replaced = [False] * n
     bounds: dict[tuple[Any, int, int], int] = {}  # (key, start, end) -> the node the store holds there
+    buffer = SuppressBuffer(gap + grace) if suppress else None
     for i in range(n):
         t, key = ts[i], keys[i]
         entry = store.get(key)
@@ -156,6 +162,9 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
                 tomb[i] = list(zip(starts[j:m], ends[j:m]))
                 if m - j >= SLOTS:
                     raise RuntimeError(f"a record merged {m - j} sessions; emit_seq orders at most {SLOTS - 1}")
+                if buffer is not None:
+                    for a, b in tomb[i]:
+                        buffer.put((key, a, b), b, key_bytes(key) + _long(b) + _long(a), None, b)
             children[i] = nodes[j:m]
             for c in nodes[j:m]:
                 has_parent[c] = True
@@ -165,11 +174,24 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
             replaced[old] = True
         bounds[(key, lo, hi)] = i
         store_time = hi if store_time is None else max(store_time, hi)
+        if buffer is not None:
+            buffer.put((key, lo, hi), hi, key_bytes(key) + _long(hi) + _long(lo), i, hi)
     out = _merge_trees(n, late, children, has_parent, groups)
     gone = {out["root_lo"][i] for i in range(n) if replaced[i]}  # every node of a replaced session's tree
+    released: list[int | None] = [None] * n
+    pending = [False] * n
+    if buffer is not None:
+        for place, node in enumerate(buffer.released):
+            released[node] = place
+        for node in buffer.pending():
+            pending[node] = True
     out.update(late=late, window_start=w_start, window_end=w_end, tomb=tomb,
-               replaced=[lo is not None and lo in gone for lo in out["root_lo"]])
+               replaced=[lo is not None and lo in gone for lo in out["root_lo"]], released=released, pending=pending)
     return out
+
+
+def _long(value: int) -> bytes:
+    return value.to_bytes(8, "big", signed=True)
 
 
 def _merge_trees(n: int, late: list[bool], children: list[list[int] | None], has_parent: list[bool],
@@ -233,15 +255,16 @@ def _groups(root: int, children: list[list[int] | None], node_lo: list[int | Non
             todo.append(child)
 
 
-def _kernel(gap: int, grace: int, groups: bool) -> Any:
+def _kernel(gap: int, grace: int, groups: bool, suppress: bool) -> Any:
     """The applyInPandas function: one task's keyed records -> the kernel's columns per record."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # in the Python worker; the CLI does not pay for pandas
 
         pdf = pdf.sort_values("seq", kind="stable")
-        cols = replay_sessions(pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(), gap, grace, groups)
+        cols = replay_sessions(pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(), gap, grace, groups,
+                               suppress)
         frame = pd.DataFrame({"task": pdf["task"].to_numpy(), "seq": pdf["seq"].to_numpy(), **cols})
-        for c in ("pos", "node_lo", "root_lo", "init_idx", "step_idx", "merge_idx"):
+        for c in ("pos", "node_lo", "root_lo", "init_idx", "step_idx", "merge_idx", "released"):
             frame[c] = frame[c].astype("Int64")
         frame["tomb"] = [None if x is None else [{"start": a, "end": b} for a, b in x] for x in frame["tomb"]]
         return frame
@@ -260,8 +283,9 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
                             stream_time=F.col(st), range_time=F.col("ts"))
     keyed = recs.where(F.col("key").isNotNull())
     updates = spec.emit == "updates"
+    suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (keyed.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
-              .applyInPandas(_kernel(gap, grace, updates), KERNEL_SCHEMA)
+              .applyInPandas(_kernel(gap, grace, updates or suppress, suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
     late = ledger_rows(keyed.join(kernel.where("late"), ["task", "seq"]), reason=LATE, operator=op.name,
                        stream_time=F.col(st), window_start=F.col("window_start"), window_end=F.col("window_end"),
@@ -272,8 +296,8 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     if updates:
         return OperatorResult(output=_updates(nodes, aggs), ledger=ledger, range_column="window_start",
                               cached=(kernel,))
-    roots = _final(nodes, aggs, gap, grace, final_st)
-    return FinalWindows(output=roots.where("_closed").drop("task", "_closed", "_split"), ledger=ledger,
+    roots = _suppressed(nodes, aggs) if suppress else _final(nodes, aggs, gap, grace, final_st)
+    return FinalWindows(output=roots.where("_closed").select(*final_columns(roots)), ledger=ledger,
                         range_column="window_start", windows=roots, operator=op.name, cached=(kernel,))
 
 
@@ -284,8 +308,8 @@ def _values(rows: DataFrame, aggs: list[CompiledAggregation], group: str) -> lis
     return [a.aggregate().over(running).alias(a.name) for a in aggs if not a.is_fold]
 
 
-def _updates(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
-    """Per accepted record: its tombstones, then the merged session with the values after it."""
+def _merged(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
+    """Per accepted record (task, seq): the merged session with the values after it, and the kernel's columns."""
     sql = [a for a in aggs if not a.is_fold]
     sessions_ = nodes.select("task", "seq", "key", "window_start", "window_end", "node_lo", "tomb")
     if sql:
@@ -296,6 +320,24 @@ def _updates(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
     for agg in aggs:
         if agg.is_fold:
             sessions_ = sessions_.join(_fold_values(nodes, agg, every=True), ["task", "seq"])
+    return sessions_
+
+
+def _suppressed(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
+    """emit: final by suppress: every session value it released (`emit_seq`: the place in the task's releases,
+    `_closed`), and those still buffered at the end (not `_closed`), with `_split` (kept by two tasks)."""
+    flags = nodes.select("task", "seq", "released", "pending")
+    rows = _merged(nodes.drop("released", "pending"), aggs).join(flags, ["task", "seq"]).where(
+        F.col("released").isNotNull() | F.col("pending"))
+    tasks = Window.partitionBy("key", "window_start", "window_end")
+    return rows.select("key", "window_start", "window_end", *[a.name for a in aggs], F.col("window_end").alias("ts"),
+                       F.col("released").alias("emit_seq"), "task", F.col("released").isNotNull().alias("_closed"),
+                       (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))
+
+
+def _updates(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
+    """Per accepted record: its tombstones, then the merged session with the values after it."""
+    sessions_ = _merged(nodes, aggs)
     ntomb = F.coalesce(F.size("tomb"), F.lit(0))
     merged = sessions_.select("key", "window_start", "window_end", *[a.name for a in aggs],
                               F.col("window_end").alias("ts"),

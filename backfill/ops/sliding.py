@@ -6,7 +6,8 @@ A per-task kernel (DESIGN.md decision 1) replays exactly that on (key, ts, strea
 window the records it holds, in the order they were aggregated, and for each update the number of records
 the window held then. Spark computes the values from those member lists: a running aggregate per window
 (`emit: updates`, one output per update) or one aggregate per window (`emit: final`: the windows closed by
-the end of the data, end < ST - grace, ON_WINDOW_CLOSE). The work is one row per (window, member): the
+the end of the data, end < ST - grace, ON_WINDOW_CLOSE; with `close: suppress` each value suppress released,
+the kernel replaying its buffer). The work is one row per (window, member): the
 size of the output of `emit: updates`, and what Kafka Streams itself does per record.
 """
 from __future__ import annotations
@@ -23,19 +24,21 @@ from pyspark.sql import functions as F
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows
+from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, close_why, final_columns, numbered_finals
 from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
-from backfill.ops.kernel import KernelAggregate
+from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
     from backfill.jobspec.load import Job
 
 STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this record's outputs
-WINDOW, UPDATE, REFUSED, COPY, JOINED = 0, 1, 2, 3, 4  # kernel row kinds (JOINED: a record aggregated somewhere)
+# kernel row kinds (JOINED: a record aggregated somewhere; RELEASED, PENDING: suppress's releases, and what it still
+# buffers at the end)
+WINDOW, UPDATE, REFUSED, COPY, JOINED, RELEASED, PENDING = 0, 1, 2, 3, 4, 5, 6
 KERNEL_SCHEMA = ("task int, kind int, wid long, key_seq long, window_start long, members array<long>, ts long, "
                  "held long, emit_seq long, seq long")
 
@@ -54,7 +57,7 @@ class SlidingAggregate(KernelAggregate):
         assert agg is not None
         compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate")
         diff, grace = int(agg.window.time_difference or 0), agg.window.grace_ms
-        why = rekey_why(spec)
+        why = rekey_why(spec) + close_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - 2 * diff} are read (2 x time difference before "
                        "--start): a record reads the windows starting up to 2 x time difference before it, and a new "
@@ -97,7 +100,9 @@ class SlidingAggregate(KernelAggregate):
                         f"window_end - window_start == time difference ({d} ms)"),
                   Check("ExpectColumnValuesToBeInSet", {"column": "_ts_in_window", "value_set": [True]},
                         "ts inside [window_start, window_end] (both ends inclusive)")]
-        return OutputSuite(frame, checks, ("key", "window_start") if self.emit == "final" else ("task", "emit_seq"))
+        assert self.spec is not None
+        final = self.emit == "final" and not numbered_finals(self.spec)
+        return OutputSuite(frame, checks, ("key", "window_start") if final else ("task", "emit_seq"))
 
 
 # ---------------------------------------------------------------------------------------------- the kernel
@@ -113,8 +118,9 @@ class _Window:
 class _Replay:
     """One task's sliding-window store replayed on (key, ts, stream time) (kafka-streams.md 5.1-5.3, 9)."""
 
-    def __init__(self, diff: int, grace: int, updates: bool) -> None:
+    def __init__(self, diff: int, grace: int, updates: bool, suppress: bool = False) -> None:
         self.diff, self.grace, self.updates = diff, grace, updates
+        self.buffer = SuppressBuffer(grace) if suppress else None  # its buffer time: the inclusive end
         self.retention = 2 * diff + grace
         self.store_time: int | None = None
         self.starts: dict[Any, list[int]] = {}  # key -> sorted starts still visible
@@ -144,11 +150,24 @@ class _Replay:
         self.store_time = start if self.store_time is None else max(self.store_time, start)
         return window
 
-    def _forward(self, window: _Window, kind: int) -> None:
+    def _forward(self, key: Any, window: _Window, kind: int) -> None:
         if self.updates or kind != UPDATE:
             self.rows.append((kind, window.wid, None, window.start, None, window.ts, len(window.members),
                               self.seq * STRIDE + self.out, self.seq))
+        if self.buffer is not None:
+            self.buffer.put((key, window.start), window.start + self.diff, key_bytes(key) + _long(window.start),
+                            (window.wid, window.start, window.ts, len(window.members)), window.ts)
         self.out += 1
+
+    def suppressed(self) -> list[tuple]:
+        """RELEASED rows (emit_seq: the place in the task's releases) and PENDING rows: the window, its start,
+        timestamp and member count at the update suppress kept."""
+        if self.buffer is None:
+            return []
+        return ([(RELEASED, wid, None, start, None, ts, held, place, None)
+                 for place, (wid, start, ts, held) in enumerate(self.buffer.released)]
+                + [(PENDING, wid, None, start, None, ts, held, None, None)
+                   for wid, start, ts, held in self.buffer.pending()])
 
     def _update(self, key: Any, start: int, window: _Window | None, seed: list[int], close: int, t: int) -> None:
         """updateWindowAndForward (5.2): the record joins the window while its end >= close time; a new window
@@ -161,7 +180,7 @@ class _Replay:
         window.members.append(self.seq)
         window.ts = max(t, window.ts)
         self.joined = True
-        self._forward(window, UPDATE)
+        self._forward(key, window, UPDATE)
 
     def process(self, seq: int, key: Any, t: int, st: int) -> None:
         """kafka-streams.md 5.1 steps 2-5 for one record with a key and a value."""
@@ -207,7 +226,7 @@ class _Replay:
             copied = left is not None and prev is not None and t - d <= prev
             self._update(key, t - d, None, left.members if copied and left is not None else [], close, t)
         if not right_done and right is not None and right[1] > t:  # this record's right window, without it
-            self._forward(self._put(key, t + 1, right[0], right[1]), COPY)
+            self._forward(key, self._put(key, t + 1, right[0], right[1]), COPY)
 
     def _early(self, key: Any, t: int, close: int) -> None:
         """kafka-streams.md 5.3: records before D share [0, D]; right windows as usual (forward read)."""
@@ -232,20 +251,20 @@ class _Replay:
         if right is None and combined is not None and combined.ts > t:
             right = (list(combined.members), combined.ts)
         if not right_done and right is not None and right[1] > t:
-            self._forward(self._put(key, t + 1, right[0], right[1]), COPY)
+            self._forward(key, self._put(key, t + 1, right[0], right[1]), COPY)
         if prev is not None and prev + 1 not in seen:
             self._update(key, prev + 1, None, [], close, t)
         self._update(key, 0, combined, [], close, t)
 
 
 def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int], diff: int, grace: int,
-                   updates: bool) -> list[tuple]:
+                   updates: bool, suppress: bool = False) -> list[tuple]:
     """Replay one task in processing order. Rows (KERNEL_SCHEMA without task): WINDOW (every window stored, its
     members in aggregation order; `held` 1 unless a later window replaced it under its start), UPDATE (emit:
     updates; how many members the window held), COPY (a right
     window created without the record), REFUSED (an update refused as late, by window start) and JOINED (the
     record was aggregated into at least one window)."""
-    replay = _Replay(diff, grace, updates)
+    replay = _Replay(diff, grace, updates, suppress)
     rows = replay.rows
     for i in range(len(seq)):
         replay.joined = False
@@ -254,17 +273,21 @@ def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int]
             rows.append((JOINED, None, None, None, None, None, None, None, seq[i]))
     current = {w.wid for w in replay.stored.values()}
     return [(WINDOW, w.wid, w.key_seq, w.start, w.members, w.ts, int(w.wid in current), None, None)
-            for w in replay.every] + rows
+            for w in replay.every] + rows + replay.suppressed()
 
 
-def _kernel(diff: int, grace: int, updates: bool) -> Any:
+def _long(value: int) -> bytes:
+    return value.to_bytes(8, "big", signed=True)
+
+
+def _kernel(diff: int, grace: int, updates: bool, suppress: bool) -> Any:
     """The applyInPandas function: one task's records with a key and a value -> kernel rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # in the Python worker; the CLI does not pay for pandas
 
         pdf = pdf.sort_values("seq", kind="stable")
         rows = replay_sliding(pdf["seq"].tolist(), pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(),
-                              diff, grace, updates)
+                              diff, grace, updates, suppress)
         frame = pd.DataFrame(rows, columns=["kind", "wid", "key_seq", "window_start", "members", "ts", "held",
                                             "emit_seq", "seq"])
         frame.insert(0, "task", int(pdf["task"].iloc[0]))
@@ -290,8 +313,9 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
                     operator=op.name, stream_time=F.col(st), range_time=F.col("ts")))
     live = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull())
     updates = spec.emit == "updates"
+    suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (live.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
-              .applyInPandas(_kernel(diff, grace, updates), KERNEL_SCHEMA)
+              .applyInPandas(_kernel(diff, grace, updates, suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
     refused = kernel.where(F.col("kind") == REFUSED).select("task", "seq", "window_start")
     ledger = ledger.unionByName(ledger_rows(
@@ -310,8 +334,9 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     if updates:
         return OperatorResult(output=_updates(members, kernel, aggs, diff), ledger=ledger,
                               range_column="window_start", cached=(kernel,))
-    windows = _final(members, aggs, diff, grace, final_st)
-    return FinalWindows(output=windows.where("_closed").drop("task", "_closed", "_split"), ledger=ledger,
+    windows = (_suppressed(members, kernel, aggs, diff) if suppress
+               else _final(members, aggs, diff, grace, final_st))
+    return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)), ledger=ledger,
                         range_column="window_start", windows=windows, operator=op.name, cached=(kernel,))
 
 
@@ -343,6 +368,19 @@ def _updates(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggregati
     return emitted.join(valued, ["task", "wid", "pos"]).select(
         "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
         "ts", "emit_seq", "task")
+
+
+def _suppressed(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggregation], diff: int) -> DataFrame:
+    """emit: final by suppress: every window value it released (`emit_seq`: the place in the task's releases,
+    `_closed`) and those still buffered at the end (not `_closed`), with `_split` (kept by two tasks)."""
+    valued = _folded(members.select("task", "wid", "pos", "key", *_running(aggs)), aggs)
+    kept = kernel.where(F.col("kind").isin(RELEASED, PENDING)).select(
+        "task", "wid", (F.col("held") - 1).alias("pos"), "window_start", "ts", "emit_seq",
+        (F.col("kind") == RELEASED).alias("_closed"))
+    tasks = Window.partitionBy("key", "window_start")
+    return kept.join(valued, ["task", "wid", "pos"]).select(
+        "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
+        "ts", "emit_seq", "task", "_closed", (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))
 
 
 def _final(members: DataFrame, aggs: list[CompiledAggregation], diff: int, grace: int,

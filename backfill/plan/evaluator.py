@@ -324,6 +324,20 @@ def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
     return as_processed(ordered, op.spec, op.stream_time)
 
 
+def operator_windows(plan: Plan, spark: SparkSession, operator: str, spec: Any) -> DataFrame:
+    """An `emit: final` window operator's closed windows as the run computes them, but with the operator's
+    job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md 4.5); nothing is
+    published."""
+    op = next(o for o in plan.operators if o.name == operator)
+    other = dataclasses.replace(op, spec=spec)
+    summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
+    ordered = _ordered(plan, _read_all(plan, spark, summary), summary)
+    _record_stats(plan, ordered, summary)
+    processed = _cut_cooldown(plan, ordered)
+    result = other.run(processed, processed.where(_ledger_candidates(plan)), summary.operators[op.name])
+    return result.output
+
+
 # `value`, then `.field` or `.`quoted field``: Spark SQL names are case-insensitive
 VALUE_REF = re.compile(r"\bvalue\b(\s*\.\s*(?:`([^`]+)`|([A-Za-z_]\w*)))?", re.IGNORECASE)
 

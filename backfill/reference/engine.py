@@ -29,6 +29,7 @@ from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
+from backfill.reference.suppress import SuppressBuffer, key_bytes
 
 
 @dataclass
@@ -147,6 +148,9 @@ class WindowAggregate:
                             else compile_aggregate(a)) for name, a in spec.aggregations.items()}
         self.stream_time = -1
         self.store: dict[tuple[Any, int], dict[str, Any]] = {}
+        # emit: final by suppress(untilWindowCloses): every update goes through its buffer (duration: grace)
+        self.suppress = (SuppressBuffer(self.windows.grace, result.outputs[op.name], task, numbered=False)
+                         if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
         """kafka-streams.md 4.1, steps 1-5."""
@@ -176,14 +180,22 @@ class WindowAggregate:
                 self.result.outputs[self.op.name].append(
                     {**self._row(rec["key"], start, state), "emit_seq": seq * self.windows.per_record + idx,
                      "task": self.task})
+            elif self.suppress is not None:  # buffer time: the window's end
+                self.suppress.put((rec["key"], start), end, key_bytes(rec["key"]) + start.to_bytes(8, "big"),
+                                  self._row(rec["key"], start, state), state["ts"])
 
     def _row(self, key: Any, start: int, state: dict[str, Any]) -> dict[str, Any]:
         return {"key": key, "window_start": start, "window_end": start + self.windows.size,
                 **{n: a.result(state["agg"][n]) for n, a in self.aggs.items()}, "ts": state["ts"]}
 
     def finish(self) -> None:
-        """At the end of the data: closed windows are final (ST >= end + G), the rest are incomplete."""
+        """At the end of the data: closed windows are final (ST >= end + G), the rest are incomplete; under
+        suppress, what its buffer still holds is incomplete."""
         if self.emit != "final":
+            return
+        if self.suppress is not None:
+            self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
+                                                     for row in self.suppress.pending()]
             return
         for (key, start), state in sorted(self.store.items(), key=lambda kv: (kv[0][1], str(kv[0][0]))):
             row = self._row(key, start, state)

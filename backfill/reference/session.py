@@ -5,7 +5,9 @@ the store still shows (end > store time - retention, retention = gap + grace), m
 is dropped as late if the merged end is below ST - grace - gap. A merge deletes the sessions it found and,
 under `emit: updates`, forwards a tombstone for each (timestamp: its end) before the merged session
 (timestamp: the merged end). `emit: final` emits the sessions closed by the end of the data
-(ON_WINDOW_CLOSE: end < ST - grace - gap); the others are incomplete.
+(ON_WINDOW_CLOSE: end < ST - grace - gap), or with `close: suppress` what suppress releases (its buffer
+time the session's end, its duration gap + grace: released once its stream time reaches end + gap + grace;
+tombstones dropped); the others are incomplete.
 
 Values: a fold merges the found sessions' values into the initializer in store order (`merge(a, b)`, a the
 running value) and then steps the record; an SQL aggregate is evaluated over the session's records, in the
@@ -19,6 +21,7 @@ from typing import Any
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
 from backfill.reference.records import ledger_row
+from backfill.reference.suppress import SuppressBuffer, key_bytes
 
 # at most this many outputs per record (tombstones + the merged session): emit_seq = seq * SLOTS + position
 SLOTS = 8
@@ -51,6 +54,8 @@ class SessionAggregate:
         self.stream_time = -1
         self.store_time: int | None = None  # max session end ever written (kafka-streams.md 9)
         self.store: dict[Any, list[Session]] = {}
+        self.suppress = (SuppressBuffer(self.gap + self.grace, result.outputs[op.name], task, numbered=True)
+                         if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
         """kafka-streams.md 6, steps 1-5."""
@@ -76,7 +81,7 @@ class SessionAggregate:
         if (start, end) != (t, t):  # step 5: tombstones for every found session, in store order
             for s in found:
                 self._emit({"key": key, "window_start": s.start, "window_end": s.end,
-                            **{n: None for n in self.names}, "ts": s.end}, seq, out)
+                            **{n: None for n in self.names}, "ts": s.end}, seq, out, tombstone=True)
                 out += 1
         row = {"key": key, "value": rec["value"], "ts": t, "timestamp": rec["timestamp"], "topic": rec["topic"],
                "partition": rec["partition"], "offset": rec["offset"]}
@@ -95,10 +100,14 @@ class SessionAggregate:
         self.store_time = end if self.store_time is None else max(self.store_time, end)
         self._emit(self._row(key, merged), seq, out)
 
-    def _emit(self, row: dict[str, Any], seq: int, position: int) -> None:
+    def _emit(self, row: dict[str, Any], seq: int, position: int, tombstone: bool = False) -> None:
         if self.emit == "updates":
             assert position < SLOTS
             self.result.outputs[self.op.name].append({**row, "emit_seq": seq * SLOTS + position, "task": self.task})
+        elif self.suppress is not None:  # a session's windowed key: key, end, start
+            start, end = row["window_start"], row["window_end"]
+            self.suppress.put((row["key"], start, end), end, key_bytes(row["key"]) + end.to_bytes(8, "big")
+                              + start.to_bytes(8, "big"), None if tombstone else row, end)
 
     def _row(self, key: Any, s: Session) -> dict[str, Any]:
         values: dict[str, Any] = dict(s.folds)
@@ -113,6 +122,10 @@ class SessionAggregate:
     def finish(self) -> None:
         """emit: final: a session is final once end < ST - grace - gap; the others are incomplete."""
         if self.emit != "final":
+            return
+        if self.suppress is not None:
+            self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
+                                                     for row in self.suppress.pending()]
             return
         close = self.stream_time - self.grace - self.gap
         every = [(key, s) for key, sessions in self.store.items() for s in sessions]

@@ -7,7 +7,9 @@ and in-memory stores); a new window copies the aggregate of the window the readi
 why the values depend on what the store held, not only on the records. A window is updated only while
 its end >= ST - grace (a `late` ledger row per refused update); a record whose own right window would
 end at or before that time is dropped at once. `emit: final` emits the windows closed by the end of the
-data (ON_WINDOW_CLOSE: end < ST - grace); the others are incomplete.
+data (ON_WINDOW_CLOSE: end < ST - grace), or with `close: suppress` what suppress releases (buffer time: the
+inclusive end start + D, duration: grace; a window updated at end == ST - grace after its release is released
+again); the others are incomplete.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.records import ledger_row
+from backfill.reference.suppress import SuppressBuffer, key_bytes
 
 STRIDE = 2**31  # emit_seq = seq * STRIDE + position of the update among this record's outputs
 
@@ -37,6 +40,8 @@ class SlidingAggregate:
         self.out = 0
         self.seq = 0
         self.rec: dict[str, Any] = {}
+        self.suppress = (SuppressBuffer(self.grace, result.outputs[op.name], task, numbered=True)
+                         if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     # ------------------------------------------------------------------ store
     def _fetch(self, key: Any, lo: int, hi: int) -> list[tuple[int, tuple[dict[str, Any], int]]]:
@@ -54,6 +59,9 @@ class SlidingAggregate:
         if self.emit == "updates":
             self.result.outputs[self.op.name].append(
                 {**self._row(key, start, state, ts), "emit_seq": self.seq * STRIDE + self.out, "task": self.task})
+        elif self.suppress is not None:  # a time-windowed key: key, start
+            self.suppress.put((key, start), start + self.diff, key_bytes(key) + start.to_bytes(8, "big"),
+                              self._row(key, start, state, ts), ts)
         self.out += 1
 
     def _row(self, key: Any, start: int, state: dict[str, Any], ts: int) -> dict[str, Any]:
@@ -160,6 +168,10 @@ class SlidingAggregate:
     def finish(self) -> None:
         """emit: final: a window is final once end < ST - grace (ON_WINDOW_CLOSE, 5.4); the others are incomplete."""
         if self.emit != "final":
+            return
+        if self.suppress is not None:
+            self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
+                                                     for row in self.suppress.pending()]
             return
         close = self.stream_time - self.grace
         every = [(key, s, v) for key, windows in self.store.items() for s, v in windows.items()]

@@ -20,6 +20,10 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 - session_merge_differs (session windows): a session of one side overlaps, within a gap, a different
   session of the same key on the other side: the records were merged differently (their processing order,
   or what the store still held, differed).
+- close_mechanism_differs (emit: final, sliding and session windows): the operator recomputed with the other
+  final mechanism (`close`) reproduces the stream's window (verify/mechanism.py).
+- cache_coalesced (emit: updates, `cache: on`): the stream's updates of the window are a coalescing of the
+  backfill's: each equals one of its updates, in order, and the last equals its last (verify/cache.py).
 - unexplained: none of the above: a real logic difference.
 
 Sliding and session windows (`attribute_by_bounds`) get the causes their outputs alone can show:
@@ -53,7 +57,8 @@ from backfill.verify.restarts import RESTART_CAUSES
 from backfill.verify.tables import source_committed_ranges, without_committed_gaps
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
-          *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "unexplained")
+          *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "close_mechanism_differs", "cache_coalesced",
+          "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
 DECODED_ALL = "decoding every input value"  # how verify learnt which records reach the operator
@@ -626,10 +631,12 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     out = nonmatch.join(parts, "key", "left").withColumn(
         "_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]).cast("int"))
     out = out.join(ev.partitions.select(F.col("partition").alias("_task"), "end_st"), "_task", "left")
-    # still open at the end of the data read: emit-on-close needs end < ST - grace (- gap)
+    # still open at the end of the data read: emit-on-close needs end < ST - grace (- gap), suppress end <= it
     end = F.col("window_end") if "window_end" in cmp.keys else \
         F.coalesce(F.col("l_window_end"), F.col("r_window_end"), F.col("window_start"))
-    open_ = F.coalesce(end + F.lit(w.grace_ms + gap) >= F.col("end_st"), F.lit(False))
+    suppress = op.aggregate.emit == "final" and op.aggregate.close_mechanism == "suppress"
+    closes = end + F.lit(w.grace_ms + gap)
+    open_ = F.coalesce(closes > F.col("end_st") if suppress else closes >= F.col("end_st"), F.lit(False))
     lo, hi = stream_bounds
     outside = F.lit(False) if lo is None or hi is None else \
         (F.col("window_start") < F.lit(lo)) | (F.col("window_start") > F.lit(hi))
@@ -657,8 +664,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         .when(F.col("_other").isNotNull(), F.format_string(
             "the %s has the session %s of this key instead: the records merged differently (their processing "
             "order, or what the session store still held, differed)", side, F.col("_other")))
-        .when(open_, F.lit("window not closed by the end of the data read (stream time <= window end + grace"
-                           + (" + gap)" if session else ")")))
+        .when(open_, F.lit(f"window not closed by the end of the data read (stream time {'<' if suppress else '<='} "
+                           "window end + grace" + (" + gap)" if session else ")")))
         .when(outside, F.lit("window outside the streaming output's range"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))

@@ -193,8 +193,10 @@ def reconcile(left: DataFrame, right: DataFrame, cmp: Comparison) -> tuple[DataF
                          | (F.col("_fp1") != F.col("_l_fp1")) | (F.col("_fp2") != F.col("_l_fp2")))
     out = (out.withColumn("_maybe", F.coalesce(maybe, F.lit(False))).drop(*fp, *[f"_l{c}" for c in fp])
            .withColumn("_copies", F.lit(0).cast("long")))
-    # final results: every row after the first is one too many; updates: only the exact repeats (counted below)
-    out = out.withColumn("_extra", (F.col("_copies") if updates else F.col("_rows") - 1).cast("long"))
+    # final results: every row beyond the left side's (one, unless suppress released a window several times) is
+    # one too many; updates: only the exact repeats (counted below)
+    beyond = F.greatest(F.col("_rows") - F.greatest(F.coalesce(F.col("_lrows"), F.lit(1)), F.lit(1)), F.lit(0))
+    out = out.withColumn("_extra", (F.col("_copies") if updates else beyond).cast("long"))
     equal = {c: _equal(columns_equal, out, c, cmp.tolerances.get(c, Tolerance())) for c in cmp.columns}
     diff = F.filter(F.array(*[F.when(~equal[c], F.lit(c)) for c in cmp.columns]), lambda x: x.isNotNull()) \
         if cmp.columns else F.array().cast("array<string>")

@@ -40,6 +40,10 @@ CAUSE_TEXT = {
                      "emits them when its wall-clock throttle allows (1 s by default), the backfill at once",
     "processing_order": "a join row, same values, written at another position: the task processed its records "
                         "in another order (live edge, ties)",
+    "close_mechanism_differs": "the stream has what the other final mechanism (suppress or emit-on-close) emits: the "
+                               "operator recomputed with it gives exactly the stream's rows; set `close` to it",
+    "cache_coalesced": "the stream's updates of the window are a coalescing of the backfill's (each one of them, in "
+                       "order, the same last): what the record cache's flushes forward",
     "unexplained": "no evidence explains it: a real logic difference",
 }
 VERDICT_TEXT = {
@@ -358,7 +362,8 @@ CAUSE_COLOURS = {"unexplained": "#c0392b", "missing_input": "#b9770e", "reproces
                  "state_lost_on_restore": "#a17fa0", "reemitted": "#c2b0c1", "late_drop_differs": "#5d7fa3",
                  "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2",
                  "session_merge_differs": "#7fa38f", "expired_differs": "#6c8fb3", "partner_after_close": "#7d9bb8",
-                 "emit_throttle": "#b5c7b0", "processing_order": "#a9b8a4"}
+                 "emit_throttle": "#b5c7b0", "processing_order": "#a9b8a4", "close_mechanism_differs": "#9a8fb8",
+                 "cache_coalesced": "#b8c9d9"}
 
 
 def _timeline_plot(s: Section) -> str:

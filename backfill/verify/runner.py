@@ -27,9 +27,9 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify import joins, restarts
+from backfill.verify import cache, joins, mechanism, restarts
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
-from backfill.ops.aggregate import window_checks, window_frame
+from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
@@ -44,7 +44,8 @@ BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
 # values, then what explains a difference without anything to repair
 SEVERITY = ("unexplained", "missing_input", "reprocessed_after_restart", "state_lost_on_restore",
             "late_drop_differs", "expired_differs", "partner_after_close", "reemitted", "duplicate_delivery",
-            "session_merge_differs", "processing_order", "emit_throttle", "tie_order", "range_boundary")
+            "session_merge_differs", "close_mechanism_differs", "processing_order", "emit_throttle", "tie_order",
+            "cache_coalesced", "range_boundary")
 PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
@@ -249,12 +250,13 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     columns = (() if session else ("window_end",)) + aggs + (
         ("ts",) if "ts" in stream.columns and "ts" in backfill.columns else ())
     updates = op.aggregate.emit == "updates"
+    numbered = updates or numbered_finals(op)  # its rows are ordered by emit_seq
     order = tuple(c for c in ("partition", "offset") if c in stream.columns)
     tol = {**parse_tolerances([f"{c}={v}" for c, v in (settings.tolerance if settings else {}).items()]),
            **tolerances}
     cmp = Comparison(keys=("key", "window_start", "window_end") if session else ("key", "window_start"),
                      columns=columns, tolerances=tol, left="backfill",
-                     right="stream", left_order=("emit_seq",) if updates else (),
+                     right="stream", left_order=("emit_seq",) if numbered else (),
                      right_order=order if len(order) == 2 else (), updates=updates)
     backfill, stream = _in_range(plan, _text_key(backfill)), _in_range(plan, _text_key(stream))
     stream = align(backfill, stream, cmp)
@@ -264,6 +266,12 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     ev = None
     try:
         notes = _notes(cmp, order, updates)
+        coalesced = None
+        if updates and op.aggregate.cache == "on" and len(order) == 2:
+            progress(f"{op.name}: comparing update sequences (cache: on)")
+            result, coalesced = _update_sequences(compared, result, backfill, stream, cmp, counts)
+            notes.append("cache: on: a window whose last value matches is compared update by update; the "
+                         "stream's updates must be a coalescing of the backfill's (docs/semantics.md section 14)")
         ledger = _ledger(spark, plan)
         differs = sum(counts.values()) - counts[MATCH]
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
@@ -274,11 +282,17 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         if differs:
             progress(f"{op.name}: attributing causes")
             if windows is None:  # sliding and session windows: what their outputs alone show
-                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp)) \
-                    .persist(StorageLevel.MEMORY_AND_DISK)
+                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp))
+                if mechanism.applies(op):
+                    progress(f"{op.name}: recomputing with the other final mechanism")
+                    attributed = _other_mechanism(spark, plan, op, stream, cmp, attributed)
+                attributed = attributed.persist(StorageLevel.MEMORY_AND_DISK)
             else:
                 restart = _restart_evidence(stream, compared, ev, cmp, commits, updates, f"{op.name}")
-                attributed, found = causes_mod.attribute(result, cmp, op, ev, _stream_bounds(result, cmp), restart)
+                rest = result if coalesced is None else result.where(F.col("_coalesced").isNull())
+                attributed, found = causes_mod.attribute(rest, cmp, op, ev, _stream_bounds(result, cmp), restart)
+                if coalesced is not None:
+                    attributed = attributed.unionByName(coalesced, allowMissingColumns=True)
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
         progress(f"{op.name}: samples")
@@ -301,6 +315,36 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         compared.unpersist()
         if ev is not None:
             causes_mod.release(ev)
+
+
+def _update_sequences(compared: DataFrame, result: DataFrame, backfill: DataFrame, stream: DataFrame,
+                      cmp: Comparison, counts: dict[str, int]) -> tuple[DataFrame, DataFrame]:
+    """cache: on: the windows whose last value matches but whose updates differ become mismatches of their update
+    sequence (`counts` moved accordingly), and their causes: `cache_coalesced` or `unexplained` (verify/cache.py)."""
+    seq = cache.sequences(compared, backfill, stream, cmp).localCheckpoint()
+    n = seq.count()
+    counts[MATCH] -= n
+    counts[MISMATCH] += n
+    marked = result.join(seq, list(cmp.keys), "left")
+    is_seq = F.col("_coalesced").isNotNull()
+    diff = F.when(is_seq, F.array(F.lit(cache.UPDATES))).otherwise(F.col("diff_columns"))
+    result = (marked.withColumn("category", F.when(is_seq, F.lit(MISMATCH)).otherwise(F.col("category")))
+              .withColumn("diff_columns", diff))
+    causes = result.where(is_seq).select(
+        *[c for c in result.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra")],
+        F.when(F.col("_coalesced"), F.lit(cache.CAUSE)).otherwise(F.lit("unexplained")).alias("cause"),
+        cache.detail(F.col("_coalesced")).alias("detail"))
+    return result, causes
+
+
+def _other_mechanism(spark: SparkSession, plan: Plan, op: OperatorSpec, stream: DataFrame, cmp: Comparison,
+                     attributed: DataFrame) -> DataFrame:
+    """`close_mechanism_differs` for the differing windows the other final mechanism reproduces."""
+    keys, detail = mechanism.compared(spark, plan, op, stream, cmp, lambda df: _in_range(plan, _text_key(df)))
+    hit = attributed.join(keys, list(cmp.keys), "left")
+    other = mechanism.reproduced(F.col("category"), cmp.label("missing"))
+    return (hit.withColumn("cause", F.when(other, F.lit(mechanism.CAUSE)).otherwise(F.col("cause")))
+            .withColumn("detail", F.when(other, F.lit(detail)).otherwise(F.col("detail"))).drop("_alt_category"))
 
 
 CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore")
@@ -489,7 +533,7 @@ def _output_schema(op: OperatorSpec) -> T.StructType:
               T.StructField("window_end", T.LongType())]
     fields += [T.StructField(name, T.DoubleType()) for name in op.aggregate.aggregations]
     fields += [T.StructField("ts", T.LongType())]
-    if op.aggregate.emit == "updates":
+    if op.aggregate.emit == "updates" or numbered_finals(op):
         fields += [T.StructField("emit_seq", T.LongType()), T.StructField("task", T.IntegerType())]
     return T.StructType(fields)
 

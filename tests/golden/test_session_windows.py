@@ -66,7 +66,9 @@ def test_suppress_final_session_windows_raw_and_suppressed(tmp_path, spark, engi
     updates = run_job(tmp_path / "u", aggregate_job(window, "{v: count()}", "updates"), {"s": inputs}, engine=engine)
     assert updates.code == 0, updates.stderr
     assert _sessions(_in_order(updates.outputs["agg"])) == raw
-    closed = run_job(tmp_path / "f", aggregate_job(window, "{v: count()}", "final"), {"s": inputs}, engine=engine)
+    # the vector's topology suppresses (docs/semantics.md 4.5)
+    suppressed = aggregate_job(window, "{v: count()}", "final\n      close: suppress")
+    closed = run_job(tmp_path / "f", suppressed, {"s": inputs}, engine=engine)
     assert closed.code == 0, closed.stderr
     assert sorted(_sessions(closed.outputs["agg"])) == sorted(final)
     # k1@5 (offset 4) at stream time 11: [0,5] is no longer visible (end 5 <= 11 - 5), so its merged window is

@@ -73,14 +73,20 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       retention: the window store's, in ms (default: size + grace, Kafka Streams' own default)
  *   S id sess gap grace emit(updates|final|close)    session windows, count|sum of n|fold of p, merged
  *                       field by field (count + count | sum + sum | fold . fold)
- *   S id slide diff grace emit(updates|final|close|last)  sliding windows, count|sum of n|fold of p; last: every
- *                       update, then only the last one of each window closed at the end (end < stream time - grace)
+ *   S id slide diff grace emit(updates|final|close) [retention]  sliding windows, count|sum of n|fold of p;
+ *                       retention: the window store's, in ms (default: 2 diff + grace, Kafka Streams' own)
+ *   P cache bytes | P commit ms                            the record cache (statestore.cache.max.bytes; 0, the
+ *                       default, turns caching off) and commit.interval.ms for the scenarios below
  *   S id join how(inner|left|outer) before after grace eager(0|1) [joiner]
  *                       joiner: l|r with '-' for a missing side (default), or plus (String(l) + '+' + String(r))
  *   T task                                                 a task: the records below, in processing order
  *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it
  * Output (stdout): V version; O id task key start end value ts; D id task dropped; X id task message.
+ *
+ * <p>The driver commits after every input record, and a commit flushes the record cache: with the cache on,
+ * only the updates made while processing one record are coalesced, and what a flush forwards carries the
+ * context of the record that wrote it last.
  */
 public final class Replay {
     private static final String NULL = "\\N";
@@ -102,6 +108,7 @@ public final class Replay {
         List<Future<String>> results = new ArrayList<>();
         String[] scenario = null;
         String task = null;
+        Map<String, Long> settings = new java.util.HashMap<>(Map.of("cache", 0L, "commit", 30_000L));
         List<String[]> records = new ArrayList<>();
         String line;
         try {
@@ -112,6 +119,7 @@ public final class Replay {
                 String[] f = line.split("\t", -1);
                 switch (f[0]) {
                     case "S" -> scenario = f;
+                    case "P" -> settings.put(f[1], Long.parseLong(f[2]));
                     case "T" -> { task = f[1]; records = new ArrayList<>(); }
                     case "R" -> records.add(f);
                     case "E" -> {
@@ -119,7 +127,9 @@ public final class Replay {
                         String t = task;
                         List<String[]> rs = records;
                         Path dir = stateRoot.resolve(Integer.toString(results.size()));
-                        results.add(pool.submit(() -> replayed(s, t, rs, dir)));
+                        long cache = settings.get("cache");
+                        long commit = settings.get("commit");
+                        results.add(pool.submit(() -> replayed(s, t, rs, dir, cache, commit)));
                     }
                     default -> throw new IllegalArgumentException("unknown line: " + line);
                 }
@@ -139,11 +149,12 @@ public final class Replay {
     }
 
     /** One task's output lines, or its error as an X line. */
-    private static String replayed(String[] scenario, String task, List<String[]> records, Path stateDir) {
+    private static String replayed(String[] scenario, String task, List<String[]> records, Path stateDir,
+                                   long cache, long commit) {
         StringWriter text = new StringWriter();
         PrintWriter out = new PrintWriter(text);
         try {
-            replay(scenario, task, records, stateDir, out);
+            replay(scenario, task, records, stateDir, out, cache, commit);
         } catch (RuntimeException e) {
             out.println("X\t" + scenario[1] + "\t" + task + "\t" + oneLine(e));
         }
@@ -151,16 +162,19 @@ public final class Replay {
         return text.toString();
     }
 
-    private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out) {
+    private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out,
+                               long cache, long commit) {
         boolean agg = !s[2].equals("join");
+        boolean cached = cache > 0;
         StreamsBuilder builder = new StreamsBuilder();
         if (s[2].equals("sess")) {
-            sessions(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5]);
+            sessions(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5], cached);
         } else if (s[2].equals("slide")) {
-            sliding(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5]);
+            sliding(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5], s.length > 6 ? Long.parseLong(s[6]) : -1,
+                cached);
         } else if (agg) {
             aggregate(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), Long.parseLong(s[5]), s[6],
-                s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1);
+                s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1, cached);
         } else {
             join(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), Long.parseLong(s[6]), s[7].equals("1"),
                 s.length > 8 && s[8].equals("plus") ? PLUS : JOINER);
@@ -170,7 +184,8 @@ public final class Replay {
         props.put(StreamsConfig.APPLICATION_ID_CONFIG, "backfill-conformance");
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
-        props.put("statestore.cache.max.bytes", "0");  // caching off, as backfill's semantics assume
+        props.put("statestore.cache.max.bytes", Long.toString(cache));  // 0: caching off, backfill's default
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.toString(commit));
         // the wall-clock throttles of emit-on-close and of the outer join's non-joined rows, taken as 0 (the
         // driver's clock does not move; backfill has no wall clock either)
         props.put("__emit.interval.ms.kstreams.windowed.aggregation__", 0L);
@@ -186,9 +201,6 @@ public final class Replay {
                 topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
             }
             List<TestRecord<String, String>> forwarded = output.readRecordsToList();
-            if (s[2].equals("slide") && s[5].equals("last")) {
-                forwarded = lastOfClosed(forwarded, records, Long.parseLong(s[4]));
-            }
             for (TestRecord<String, String> rec : forwarded) {
                 String key = rec.key();
                 String start = "-";
@@ -207,7 +219,7 @@ public final class Replay {
     }
 
     private static void aggregate(StreamsBuilder builder, long size, long advance, long grace, String emit,
-                                  String aggregator, long retention) {
+                                  String aggregator, long retention, boolean cached) {
         TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
             .advanceBy(Duration.ofMillis(advance));
         Initializer<String> init;
@@ -230,9 +242,9 @@ public final class Replay {
         if (emit.equals("close")) {
             windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
         }
-        Materialized<String, String, WindowStore<Bytes, byte[]>> store = Materialized
+        Materialized<String, String, WindowStore<Bytes, byte[]>> store = caching(Materialized
             .<String, String, WindowStore<Bytes, byte[]>>as("agg")
-            .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled();
+            .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()), cached);
         if (retention >= 0) {
             store = store.withRetention(Duration.ofMillis(retention));
         }
@@ -245,32 +257,12 @@ public final class Replay {
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
     }
 
-    /**
-     * Emit-on-close with a store that keeps every window: the last update of each window whose end is before
-     * the task's final stream time minus grace (records with a key and a value advance it), in window order.
-     */
-    private static List<TestRecord<String, String>> lastOfClosed(List<TestRecord<String, String>> updates,
-                                                                 List<String[]> records, long grace) {
-        long streamTime = Long.MIN_VALUE;
-        for (String[] r : records) {
-            if (nullable(r[2]) != null && nullable(r[3]) != null) {
-                streamTime = Math.max(streamTime, Long.parseLong(r[4]));
-            }
-        }
-        Map<String, TestRecord<String, String>> last = new java.util.TreeMap<>();
-        for (TestRecord<String, String> rec : updates) {
-            last.put(rec.key(), rec);
-        }
-        List<TestRecord<String, String>> closed = new ArrayList<>();
-        for (TestRecord<String, String> rec : last.values()) {
-            if (Long.parseLong(rec.key().split("\t", -1)[2]) < streamTime - grace) {
-                closed.add(rec);
-            }
-        }
-        return closed;
+    private static <S extends org.apache.kafka.streams.processor.StateStore> Materialized<String, String, S> caching(
+            Materialized<String, String, S> store, boolean cached) {
+        return cached ? store.withCachingEnabled() : store.withCachingDisabled();
     }
 
-    private static void sessions(StreamsBuilder builder, long gap, long grace, String emit) {
+    private static void sessions(StreamsBuilder builder, long gap, long grace, String emit, boolean cached) {
         SessionWindowedKStream<String, String> windowed = grouped(builder)
             .windowedBy(SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(gap), Duration.ofMillis(grace)));
         if (emit.equals("close")) {
@@ -283,21 +275,26 @@ public final class Replay {
                 + "|" + x[2] + y[2];
         };
         KTable<Windowed<String>, String> table = windowed.aggregate(() -> "0|0|", Replay::step, merge,
-            Materialized.<String, String, SessionStore<Bytes, byte[]>>as("agg")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+            caching(Materialized.<String, String, SessionStore<Bytes, byte[]>>as("agg")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()), cached));
         emitWindowed(emit.equals("final")
             ? table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded())) : table);
     }
 
-    private static void sliding(StreamsBuilder builder, long diff, long grace, String emit) {
+    private static void sliding(StreamsBuilder builder, long diff, long grace, String emit, long retention,
+                                boolean cached) {
         TimeWindowedKStream<String, String> windowed = grouped(builder)
             .windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(diff), Duration.ofMillis(grace)));
         if (emit.equals("close")) {
             windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
         }
-        KTable<Windowed<String>, String> table = windowed.aggregate(() -> "0|0|", Replay::step,
-            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("agg")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        Materialized<String, String, WindowStore<Bytes, byte[]>> store = caching(Materialized
+            .<String, String, WindowStore<Bytes, byte[]>>as("agg")
+            .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()), cached);
+        if (retention >= 0) {
+            store = store.withRetention(Duration.ofMillis(retention));
+        }
+        KTable<Windowed<String>, String> table = windowed.aggregate(() -> "0|0|", Replay::step, store);
         emitWindowed(emit.equals("final")
             ? table.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded())) : table);
     }

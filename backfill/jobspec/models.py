@@ -19,18 +19,74 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class KeySpec(Strict):
-    format: Literal["string", "json", "long", "bytes"] = "string"
+# keys and values in the schema registry's wire format: magic byte 0, a 4-byte big-endian schema id, the payload
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
+BINARY_FORMATS = (*REGISTRY_FORMATS, "bytes")  # a JSONL source carries these as base64 (`key_b64`, `value_b64`)
 
 
-class ValueSpec(Strict):
-    format: Literal["json", "string"] = "string"
+class RegistrySpec(Strict):
+    """Where the writer schemas come from, by id: a registry's Confluent REST API or a folder of schema files."""
+
+    url: str | None = None  # GET {url}/schemas/ids/{id}
+    schemas: str | None = None  # offline: <id>.avsc, <id>.desc (a protobuf descriptor set), <id>.json
+
+    @model_validator(mode="after")
+    def _one(self) -> RegistrySpec:
+        if (self.url is None) == (self.schemas is None):
+            raise ValueError("@url: give exactly one of url (the registry, e.g. http://registry:8081) or schemas "
+                             "(a folder of <id>.avsc / <id>.desc / <id>.json files)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"@url: {self.url!r} is not an http(s) URL, e.g. http://registry:8081")
+        return self
+
+
+class Encoded(Strict):
+    """The formats a key and a value share: the registry formats' settings (job-spec "Real data formats")."""
+
+    registry: RegistrySpec | None = None
     schema_: str | None = Field(default=None, alias="schema")
+    reader_schema: str | None = None  # Avro: every writer version read as this schema (resolution, defaults)
+    message: str | None = None  # protobuf: the message type (full name), e.g. demo.Click
+
+    def _check_encoding(self, fmt: str, schema_formats: tuple[str, ...]) -> None:
+        if fmt in REGISTRY_FORMATS:
+            plain = fmt == "avro" and self.schema_ is not None
+            if self.registry is None and not plain:
+                hint = " (or schema: FILE for plain Avro without the header)" if fmt == "avro" else ""
+                raise ValueError(f"@registry: format: {fmt} reads the registry's wire format; give registry: "
+                                 f"{{url: http://...}} or registry: {{schemas: DIR}}{hint}")
+            if plain and self.registry is not None:
+                raise ValueError("@schema: plain Avro (schema: FILE) has no header, so no registry; give one of them")
+            if self.schema_ is not None and fmt != "avro":
+                raise ValueError(f"@schema: format: {fmt} takes its schemas from the registry; schema: is for json "
+                                 "and plain avro")
+        else:
+            for name in ("registry", "reader_schema", "message"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"@{name}: is only allowed with format: avro, protobuf or json_schema")
+            if self.schema_ is not None and fmt not in schema_formats:
+                raise ValueError(f"@schema: is only allowed with format: {' or '.join(schema_formats)}")
+        if self.message is not None and fmt != "protobuf":
+            raise ValueError("@message: names a protobuf message type; it is only allowed with format: protobuf")
+        if self.reader_schema is not None and fmt != "avro":
+            raise ValueError("@reader_schema: is an Avro schema; it is only allowed with format: avro")
+
+
+class KeySpec(Encoded):
+    format: Literal["string", "json", "long", "bytes", "avro", "protobuf", "json_schema"] = "string"
+
+    @model_validator(mode="after")
+    def _encoding(self) -> KeySpec:
+        self._check_encoding(self.format, ())
+        return self
+
+
+class ValueSpec(Encoded):
+    format: Literal["json", "string", "avro", "protobuf", "json_schema"] = "string"
 
     @model_validator(mode="after")
     def _schema_needs_json(self) -> ValueSpec:
-        if self.schema_ is not None and self.format != "json":
-            raise ValueError("@schema: is only allowed with format: json")
+        self._check_encoding(self.format, ("json",))
         return self
 
 

@@ -292,7 +292,7 @@ def _struct_of(msg: Any, where: str, seen: tuple[str, ...]) -> T.StructType:
 
 
 def _repeated(f: Any) -> bool:
-    return bool(getattr(f, "is_repeated", f.label == 3))
+    return bool(f.is_repeated if hasattr(f, "is_repeated") else f.label == 3)
 
 
 def _row(msg: Any, shape: T.StructType) -> dict[str, Any]:

@@ -228,7 +228,7 @@ def _pb_dict(msg: Any, shape: Any) -> dict[str, Any]:
 
 
 def _is_list(field: Any) -> bool:
-    return bool(getattr(field, "is_repeated", field.label == 3))
+    return bool(field.is_repeated if hasattr(field, "is_repeated") else field.label == 3)
 
 
 def _pb_value(mine: Any, value: Any, target: Any) -> Any:

@@ -398,6 +398,9 @@ class VerifySpec(Strict):
     """How `backfill verify` reads the streaming output of one operator (CLI options override)."""
 
     against: str | None = None  # table, path or path@version, relative to the job file
+    # an output topic's inner key (in the windowed key) and value formats; default: the input's key format, JSON
+    key: KeySpec | None = None
+    value: ValueSpec | None = None
     columns: dict[str, str] = {}  # our column: the streaming output's column (--map col=source_col)
     tolerance: dict[str, str] = {}  # column: abs:0.01 | rel:1e-6 | abs:0.01,rel:1e-6 (--tolerance)
 

@@ -231,14 +231,12 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                                     T.StructField("offset", T.LongType())])
     stream = read_table(spark, stream_ref, stream_fallback)
     aggs = tuple(op.aggregate.aggregations)
-    if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and JSON values
-        if kind == "session":
-            raise SpecError(f"--against {op.name}={target.against}: an archived topic of session windows (session "
-                            "keys: key, end, start) is not decoded yet; give a table with key, window_start, "
-                            "window_end and the aggregation columns")
+    if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and values
         values = T.StructType([T.StructField(mapping.get(a, a), backfill.schema[a].dataType) for a in aggs
                                if a in backfill.columns])
-        stream = decode_window_topic(stream, width, values, f"--against {op.name}={target.against}")
+        stream = decode_window_topic(stream, width, values, f"--against {op.name}={target.against}",
+                                     session=kind == "session", key=_output_key(plan, op, settings),
+                                     value=settings.value if settings else None, job=plan.job)
     stream = apply_mapping(stream, mapping, f"--against {op.name}={target.against}")
     if "window_end" not in stream.columns and kind != "session":
         stream = stream.withColumn("window_end", F.col("window_start") + F.lit(width))
@@ -492,6 +490,16 @@ def _output_schema(op: OperatorSpec) -> T.StructType:
     if op.aggregate.emit == "updates":
         fields += [T.StructField("emit_seq", T.LongType()), T.StructField("task", T.IntegerType())]
     return T.StructType(fields)
+
+
+def _output_key(plan: Plan, op: Any, settings: Any) -> Any:
+    """The output topic's inner key format: `verify.<op>.key`, else the input's (an un-re-keyed aggregate keeps
+    its input's key serde)."""
+    if settings is not None and settings.key is not None:
+        return settings.key
+    if op.aggregate.group_by is None:
+        return plan.job.spec.sources[op.aggregate.input].key
+    return None
 
 
 def _text_key(df: DataFrame) -> DataFrame:

@@ -123,6 +123,16 @@ def kafka_broker():
 
 
 @pytest.fixture(scope="session")
+def secure_kafka_broker():
+    """A broker with SASL (PLAIN, SCRAM) and TLS listeners beside the plaintext one, for the security tests only."""
+    from backfill.io.broker import start_broker
+
+    broker = start_broker(secure=True)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
 def schema_registry():
     """A real schema registry (Apicurio Registry, its Confluent-compatible API, in-memory), once per test worker."""
     from backfill.io.registry_server import start_registry

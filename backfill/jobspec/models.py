@@ -1,6 +1,7 @@
 """Part: foundation. Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -104,9 +105,44 @@ class TimestampSpec(Strict):
         return self
 
 
+SECRET_REF = re.compile(r"^\$\{(env|file):([^}]+)\}$")  # ${env:NAME} or ${file:PATH}: never the secret itself
+
+
+class SecuritySpec(Strict):
+    """How every Kafka client of a run connects: SASL (PLAIN, SCRAM) and TLS (job-spec "Real data formats")."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None  # text, ${env:NAME} or ${file:PATH}
+    password: str | None = None  # ${env:NAME} or ${file:PATH} only
+    ca_file: str | None = None  # PEM: the CA certificates the broker's certificate is checked against
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _no_literal(cls, value: Any) -> Any:
+        if value is not None and not (isinstance(value, str) and SECRET_REF.match(value)):
+            raise ValueError("a secret in a job file is refused; give ${env:NAME} (an environment variable) or "
+                             "${file:PATH} (a file holding it)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecuritySpec:
+        sasl = self.protocol.startswith("SASL")
+        if sasl and (self.mechanism is None or self.username is None or self.password is None):
+            missing = next(f for f in ("mechanism", "username", "password") if getattr(self, f) is None)
+            raise ValueError(f"@{missing}: is required with protocol: {self.protocol} (mechanism, username, password)")
+        if not sasl and any(getattr(self, f) is not None for f in ("mechanism", "username", "password")):
+            raise ValueError(f"@mechanism: mechanism, username and password are for SASL; protocol: {self.protocol} "
+                             "takes none (use SASL_PLAINTEXT or SASL_SSL)")
+        if self.ca_file is not None and not self.protocol.endswith("SSL"):
+            raise ValueError(f"@ca_file: is for TLS; protocol: {self.protocol} does not use it (use SSL or SASL_SSL)")
+        return self
+
+
 class KafkaSpec(Strict):
     bootstrap: str
     topic: str
+    security: SecuritySpec | None = None
     start: dict[str, int] | str | int | None = None
     end: dict[str, int] | str | int | None = None
 

@@ -33,7 +33,7 @@ from backfill.ops.aggregate import window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
-                                   read_table)
+                                    read_table, with_cluster_security)
 
 Progress = Callable[[str], None]
 SAMPLES_PER_GROUP = 3
@@ -223,7 +223,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     width = windows.size if windows is not None else int(op.aggregate.window.time_difference or 0)
     settings = plan.job.spec.verify.get(op.name)
     backfill_ref = _published(plan, op.name)
-    stream_ref = parse_ref(target.against, target.base)
+    stream_ref = with_cluster_security(parse_ref(target.against, target.base), plan.job)
     progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
     mapping = {**(settings.columns if settings else {}), **maps}
     backfill = read_table(spark, backfill_ref, _output_schema(op))
@@ -357,7 +357,8 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
     as the run processed them (verify/joins.py)."""
     op = plan.job.spec.operator(target.operator)
     settings = plan.job.spec.verify.get(op.name)
-    backfill_ref, stream_ref = _published(plan, op.name), parse_ref(target.against, target.base)
+    backfill_ref = _published(plan, op.name)
+    stream_ref = with_cluster_security(parse_ref(target.against, target.base), plan.job)
     progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
     where = f"--against {op.name}={target.against}"
     raw = read_table(spark, backfill_ref, T.StructType([

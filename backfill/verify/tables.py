@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from backfill.errors import SourceError, SpecError
 from backfill.io.archive import committed_ranges
 from backfill.jobspec.load import Job
-from backfill.jobspec.models import REGISTRY_FORMATS, KeySpec, ValueSpec
+from backfill.jobspec.models import REGISTRY_FORMATS, KeySpec, SecuritySpec, ValueSpec
 from backfill.plan.definition import Plan
 
 _VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
@@ -28,6 +28,7 @@ class TableRef:
     path: str
     format: str
     version: int | None = None
+    security: SecuritySpec | None = None  # a topic's cluster settings (`with_cluster_security`)
 
     def __str__(self) -> str:
         return self.path + (f"@{self.version}" if self.version is not None else "")
@@ -51,6 +52,17 @@ def parse_ref(text: str, base: str | None = None) -> TableRef:
     if version is not None and fmt != "delta":
         raise SpecError(f"{text}: @{version} selects a Delta version, but {path} is {fmt}, not a Delta table")
     return TableRef(path=path, format=fmt, version=version)
+
+
+def with_cluster_security(ref: TableRef, job: Job) -> TableRef:
+    """A `kafka://HOST:PORT/TOPIC` reference with the `kafka.security` of the job's sources on that cluster (the
+    same bootstrap): the output topic is read with the settings the inputs are read with."""
+    match = _TOPIC.match(ref.path) if ref.format == "kafka" else None
+    if match is None:
+        return ref
+    found = [s.kafka.security for s in job.spec.sources.values()
+             if s.kafka is not None and s.kafka.bootstrap == match["bootstrap"] and s.kafka.security is not None]
+    return TableRef(ref.path, ref.format, ref.version, found[0]) if found else ref
 
 
 def detect_format(path: str) -> str:
@@ -92,7 +104,7 @@ def read_whole_topic(spark: SparkSession, ref: TableRef) -> DataFrame:
 
     match = _TOPIC.match(ref.path)
     assert match is not None
-    spec = KafkaSpec(bootstrap=match["bootstrap"], topic=match["topic"], start="earliest")
+    spec = KafkaSpec(bootstrap=match["bootstrap"], topic=match["topic"], start="earliest", security=ref.security)
     try:
         ranges = resolve(spec, "kafka", None, None, by_time=False)
     except SourceError as exc:  # "kafka.topic: ... has no topic": said of the reference instead

@@ -47,10 +47,13 @@ class SourceRead:
     content: str | None = None  # the input's fingerprint (`content_fingerprint`), when it has one
     # with `raw_values`: turns a frame's undecoded `value` column into the decoded one (else: identity)
     decode: Callable[[DataFrame], DataFrame] = decoded
+    table: str | None = None  # the catalog table's name, when the job named one
 
     def manifest(self, fmt: str) -> dict[str, object]:
         """What the run manifest records about this input (enough to read the same records again)."""
         out: dict[str, object] = {"format": fmt, "location": self.location, "version": self.version}
+        if self.table is not None:
+            out["table"] = self.table
         if self.offsets is not None:
             out["offsets"] = {str(p): list(r) for p, r in sorted(self.offsets.items())}
             out["partitions"] = self.partitions
@@ -124,14 +127,15 @@ def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: 
     records = _canonical(raw, spec, name, rank, job, value_fields, raw_values)
     content = content_fingerprint(job, name, location, version)
     if not raw_values:
-        return SourceRead(name=name, records=records, location=location, version=version, content=content)
+        return SourceRead(name=name, records=records, location=location, version=version, content=content,
+                          table=spec.table)
 
     def decode(df: DataFrame) -> DataFrame:
         decoded, value, _ = _value(df, spec, job, name)
         return decoded.withColumn("value", value).drop("__parsed", "__text")
 
     return SourceRead(name=name, records=records, location=location, version=version, content=content,
-                      decode=decode)
+                      decode=decode, table=spec.table)
 
 
 def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[DataFrame, int | None]:

@@ -72,7 +72,32 @@ def load_job(path: str | Path) -> Job:
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         raise SpecError(f"{file}: {describe(errors[0])}") from None
-    return Job(spec=_absolute_security(spec, file.resolve().parent), path=file.resolve())
+    return Job(spec=_catalog_tables(_absolute_security(spec, file.resolve().parent)), path=file.resolve())
+
+
+def _catalog_tables(spec: JobSpec) -> JobSpec:
+    """`table:` sources and sinks with their catalog location as `path` (absolute), so every part of a run reads
+    and writes the table's files; the name stays in `table` (for the manifest). A sink table that does not
+    exist yet gets the catalog's default location and is registered after its first publish (execute.py)."""
+    if not any(x.table for x in [*spec.sources.values(), *spec.sinks.values()]):
+        return spec
+    from backfill.session import catalog_table
+
+    def located(item: Any, where: str) -> Any:
+        if not item.table:
+            return item
+        try:
+            location, exists = catalog_table(item.table)
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc}") from None
+        if where.startswith("sources") and not exists:
+            raise SpecError(f"{where}.table {item.table}: the catalog has no such table (create it with CREATE TABLE "
+                            "... USING delta, or name another)")
+        return item.model_copy(update={"path": location})
+
+    return spec.model_copy(update={
+        "sources": {n: located(s, f"sources.{n}") for n, s in spec.sources.items()},
+        "sinks": {n: located(s, f"sinks.{n}") for n, s in spec.sinks.items()}})
 
 
 def load_security(path: Path) -> SecuritySpec:

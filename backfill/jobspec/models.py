@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from backfill.jobspec import versions
 from backfill.jobspec.durations import INSTANT_HINT, parse_duration, parse_instant
@@ -150,9 +150,19 @@ class KafkaSpec(Strict):
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq")
 
 
+TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")  # db.name or catalog.db.name
+
+
+def _table_name(value: str | None) -> str | None:
+    if value is not None and not TABLE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a catalog table name; give db.name or catalog.db.name")
+    return value
+
+
 class SourceSpec(Strict):
     format: Literal["delta", "parquet", "jsonl", "kafka"]
     path: str | None = None
+    table: Annotated[str | None, AfterValidator(_table_name)] = None  # a catalog table instead of `path`
     version: int | None = None
     as_of: str | None = None
     kafka: KafkaSpec | None = None
@@ -177,7 +187,10 @@ class SourceSpec(Strict):
     def _location(self) -> SourceSpec:
         if self.format == "kafka" and self.kafka is None:
             raise ValueError("@kafka: is required with format: kafka, e.g. {bootstrap: 127.0.0.1:9092, topic: clicks}")
-        if self.format != "kafka" and not self.path:
+        if self.table is not None and (self.format != "delta" or self.path is not None):
+            raise ValueError("@table: a catalog table is a Delta table named instead of `path`: give format: delta "
+                             "and table or path, not both")
+        if self.format != "kafka" and not self.path and not self.table:
             raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
         if self.version is not None and self.format != "delta":
             raise ValueError("@version: a Delta snapshot version is only allowed with format: delta")
@@ -270,9 +283,18 @@ class GroupBySpec(Strict):
     """A re-key before the aggregate (kafka-streams.md 12): `KStream#groupBy` and its repartition topic."""
 
     key: str = Field(min_length=1)  # Spark SQL over the record: the new key
-    # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes)
-    format: Literal["string", "long", "int", "bytes"] | None = None
+    # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes); avro:
+    # the registry's wire format with `schema_id` (a primitive Avro key: string, long, int, boolean, double)
+    format: Literal["string", "long", "int", "bytes", "avro"] | None = None
+    schema_id: int | None = Field(default=None, ge=0)
     partitions: int | None = Field(default=None, gt=0)  # the repartition topic's (default: the input's)
+
+    @model_validator(mode="after")
+    def _schema_id(self) -> GroupBySpec:
+        if (self.format == "avro") != (self.schema_id is not None):
+            raise ValueError("@schema_id: format: avro hashes the registry's wire format, header included: give the "
+                             "subject's schema id (schema_id: N), and schema_id only with format: avro")
+        return self
 
 
 def _group_by(value: Any) -> Any:
@@ -415,12 +437,16 @@ class OperatorSpec(Strict):
 class SinkSpec(Strict):
     format: Literal["delta", "parquet", "jsonl", "none"]
     path: str | None = None
+    table: Annotated[str | None, AfterValidator(_table_name)] = None  # a catalog table instead of `path`
 
     @model_validator(mode="after")
     def _path(self) -> SinkSpec:
+        if self.table is not None and (self.format != "delta" or self.path is not None):
+            raise ValueError("@table: a catalog table is a Delta table named instead of `path`: give format: delta "
+                             "and table or path, not both")
         if self.format == "none" and self.path is not None:
             raise ValueError("@path: a sink with format: none writes nothing; remove path or pick a format")
-        if self.format != "none" and not self.path:
+        if self.format != "none" and not self.path and not self.table:
             raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
         return self
 

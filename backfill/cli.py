@@ -346,19 +346,25 @@ def conformance(
 def archive(bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers, host:port.")],
             topic: Annotated[str, typer.Option("--topic", help="The topic to archive.")],
             to: Annotated[Path, typer.Option("--to", help="The Kafka-archive Delta table (created if missing).")],
+            security: Annotated[Optional[Path], typer.Option(
+                "--security", help="A YAML file of the cluster's kafka.security settings (protocol, mechanism, "
+                "username, password as ${env:NAME} or ${file:PATH}, ca_file).", show_default=False)] = None,
             profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Copy a topic's new records into a Kafka-archive Delta table (only offsets not archived yet)."""
     from backfill.io.archive import archive_topic
     from backfill.io.lock import holding
+    from backfill.jobspec.load import load_security
 
     with handled(), holding([str(to.resolve())], f"archive {topic}"):
         from backfill.session import get_spark
+
+        settings = load_security(security) if security is not None else None
 
         def progress(line: str) -> None:  # one line per partition: what is archived now
             if not as_json:
                 err.print(line, highlight=False)
 
-        result = archive_topic(get_spark(profile), bootstrap, topic, str(to.resolve()), progress)
+        result = archive_topic(get_spark(profile), bootstrap, topic, str(to.resolve()), progress, settings)
         if as_json:
             print(json.dumps(result, indent=2))
         else:

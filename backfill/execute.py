@@ -39,7 +39,20 @@ def execute(job: Path, start: int | None, end: int | None, profile: str | None, 
             elif not quiet:
                 err.print(f"[dim]- {stage}[/]", highlight=False)
 
-        return run_plan(the_plan, spark, progress).to_dict()
+        summary = run_plan(the_plan, spark, progress).to_dict()
+        register_tables(spark, the_plan.job)
+        return summary
+
+
+def register_tables(spark: Any, job: Any) -> None:
+    """Register the sink tables (`table:`) a publish created: the catalog then names the Delta table written at
+    the location it gave (jobspec/load.py)."""
+    import os
+
+    for sink in job.spec.sinks.values():
+        if sink.table and sink.path and os.path.isdir(os.path.join(sink.path, "_delta_log")):
+            location = sink.path.replace("\\", "\\\\").replace("'", "\\'")
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {sink.table} USING delta LOCATION '{location}'")
 
 
 @contextmanager

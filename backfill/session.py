@@ -297,3 +297,22 @@ def observed(seen: Observation, frame: DataFrame, columns: list[Column]) -> dict
         return seen.get
     except Exception:  # noqa: BLE001 - py4j's error: the observation's row was never filled
         return frame.agg(*columns).first().asDict()  # type: ignore[union-attr]
+
+
+def catalog_table(name: str) -> tuple[str, bool]:
+    """A catalog table's location (a local path when it is one) and whether it exists, through the session's catalog
+    (`spark.sql.catalogImplementation`: `hive` for a metastore, else Spark's in-memory catalog). A table that does
+    not exist yet is placed where the catalog would create it (its warehouse)."""
+    spark = get_spark()
+    jvm = spark._jvm
+    parts = name.split(".")
+    catalog = jvm.scala.Some(parts[0]) if len(parts) == 3 else jvm.scala.Option.empty()
+    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(parts[-1], jvm.scala.Some(parts[-2]), catalog)
+    sessions = spark._jsparkSession.sessionState().catalog()
+    if not sessions.databaseExists(parts[-2]):
+        raise SpecError(f"table {name}: the catalog has no database {parts[-2]} (CREATE DATABASE {parts[-2]}, or "
+                        "check spark.sql.catalogImplementation and the metastore settings)")
+    exists = bool(sessions.tableExists(ident))
+    location = str(sessions.getTableMetadata(ident).location().toString() if exists else
+                   sessions.defaultTablePath(ident).toString())
+    return (location[len("file:"):] if location.startswith("file:") else location), exists

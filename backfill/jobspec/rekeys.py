@@ -85,8 +85,10 @@ def rekey_why(op: OperatorSpec) -> list[str]:
         nulls = (f"a null key passes (to the upstream partition's number, modulo the count: the real producer "
                  f"picks one) and {'is emitted unjoined' if outer else 'is dropped by the join (ledger: null_key)'}"
                  if r.keep_null else "a null key is dropped there (ledger: null_key)")
+        serde = (f"; the key serialized as Avro in the registry's wire format, assuming schema id {r.spec.schema_id} "
+                 "(the 5-byte header is hashed too)" if r.spec.format == "avro" else "")
         out.append(f"re-key: each record of {r.input} gets the key {r.spec.key} and is written to {r.topic} ({count}, "
-                   f"partition = murmur2 of the serialized key); {nulls}. Each partition interleaves the upstream "
+                   f"partition = murmur2 of the serialized key{serde}); {nulls}. Each partition interleaves the upstream "
                    "tasks by the partition time at which they processed the record (a model: the real interleaving "
                    "depends on timing)")
     for src, name in copied(op):

@@ -646,5 +646,6 @@ def _both(first: Callable[[DataFrame], None] | None, then: Callable[[DataFrame],
 
 
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:
+    table = plan.job.spec.sinks[what].table if what in plan.job.spec.sinks else None
     return {"backfill.job": plan.job.spec.name, "backfill.run_id": summary.run_id, "backfill.output": what,
-            "backfill.range": json.dumps([plan.start, plan.end])}
+            "backfill.range": json.dumps([plan.start, plan.end]), **({"backfill.table": table} if table else {})}

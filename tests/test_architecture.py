@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[1] / "backfill"
 
 # the parts, lowest first; a module may import its own part and any lower one
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "sqldialect", "jobspec", "ranges", "columns", "ledger", "session"),
+    ("errors", "sqldialect", "jobspec", "ranges", "columns", "ledger", "resources", "session"),
     ("io", "time", "order"),
     ("ops",),
     ("checks",),
     ("plan",),
     ("verify", "conformance", "scheduling"),
-    ("summary", "execute", "demo", "cli", "__init__"),
+    ("summary", "execute", "api", "doctor", "server", "demo", "cli", "__main__", "__init__"),
 ]
 # the reference engine checks the Spark engine, so it shares nothing of it (its own windows, order, bounds)
 REFERENCE_MAY_IMPORT = {"errors", "sqldialect", "jobspec", "reference"}

@@ -19,6 +19,7 @@ from backfill.errors import SourceError
 from backfill.io.schemas import load_value_schema
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import REGISTRY_FORMATS, SourceSpec
+from backfill.session import is_connect, json_schema
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
@@ -305,6 +306,9 @@ def _with_corrupt(schema: T.StructType) -> T.StructType:
 def _infer_schema(df: DataFrame, text: Column) -> T.StructType:
     """Without value.schema, infer the JSON value schema from the data (one extra pass)."""
     spark = df.sparkSession
+    if is_connect(spark):
+        inferred = json_schema(df.select(text.alias("v")).where("v IS NOT NULL"))
+        return T.StructType([f for f in inferred.fields if f.name != CORRUPT])
     rows = df.select(text.alias("v")).where("v IS NOT NULL")._jdf
     strings = getattr(rows, "as")(spark._jvm.org.apache.spark.sql.Encoders.STRING())  # no row goes through Python
     inferred = T.StructType.fromJson(json.loads(spark._jsparkSession.read().json(strings).schema().json()))

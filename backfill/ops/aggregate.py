@@ -18,6 +18,7 @@ from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
+from backfill.session import observation_done
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
@@ -318,7 +319,7 @@ class FinalWindows(OperatorResult):
         def metrics() -> dict[str, Any]:
             # filled by the first action on `output` (the sink's write); a sink that audits before it
             # writes (delta-spark) gets them from one extra pass
-            if seen._jo is None or not seen._jo.future().isCompleted():
+            if not observation_done(seen):
                 output.write.format("noop").mode("overwrite").save()
             return seen.get
 

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from operator import or_
 from typing import Any
 
-from py4j.java_gateway import JavaClass
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import OrderingError
+from backfill.session import jvm_operator
 
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
 CHUNKED_PARTITIONS: int | None = None  # tests: order every one-queue input in chunks, over this many partitions
@@ -114,13 +113,7 @@ def merged_queues_operator(df: DataFrame) -> Any | None:
 
 
 def _operator(df: DataFrame, name: str) -> Any | None:
-    if not USE_OPERATOR:
-        return None
-    try:
-        found = getattr(df.sparkSession._jvm.io.backfill.spark, name)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - a remote session has no JVM gateway
-        return None
-    return found if isinstance(found, JavaClass) else None
+    return jvm_operator(df.sparkSession, name) if USE_OPERATOR else None  # None over Spark Connect
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def encode(scenarios: list[Scenario]) -> str:
         # emit: final is suppress(untilWindowCloses) or emitStrategy(onWindowClose()), as the job says; the
         # latter with a window store that keeps every window (a day): with the default retention a jump in
         # stream time hides closed windows from the emitting fetch, which then never emits them
-        # (docs/semantics.md 4.5, 10.5)
+        # (docs/semantics.md §4.5, §10.5)
         emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c["emit"])
         keep = f"\t{DAY_MS}" if emit == "close" else ""
         if sc.kind == "aggregate":

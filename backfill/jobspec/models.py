@@ -1,4 +1,4 @@
-"""Part: foundation. Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
+"""Part: foundation. Typed job spec: the YAML contract of docs/job-spec.md as pydantic models."""
 from __future__ import annotations
 
 import re
@@ -241,7 +241,7 @@ class WindowSpec(Strict):
 
     @property
     def grace_ms(self) -> int:
-        """Grace G; `legacy` is the deprecated default max(24h - size, 0) (kafka-streams.md 3.1)."""
+        """Grace G; `legacy` is the deprecated default max(24h - size, 0) (docs/semantics.md §4.6)."""
         if self.grace == LEGACY_GRACE:
             extent = self.size or self.gap or self.time_difference or 0
             return max(DAY_MS - extent, 0)
@@ -249,7 +249,7 @@ class WindowSpec(Strict):
 
 
 def _check_window_values(w: WindowSpec) -> None:
-    """TimeWindows/SlidingWindows/SessionWindows constructor rules (kafka-streams.md 3.1-3.3)."""
+    """TimeWindows/SlidingWindows/SessionWindows constructor rules (docs/semantics.md §4.1, §10.1, §11.1)."""
     if w.type in ("tumbling", "hopping"):
         if w.size_ms <= 0:
             raise ValueError(f"@size: must be > 0, got {w.size_ms}ms")
@@ -280,7 +280,7 @@ Aggregation = str | FoldAggregation
 
 
 class GroupBySpec(Strict):
-    """A re-key before the aggregate (kafka-streams.md 12): `KStream#groupBy` and its repartition topic."""
+    """A re-key before the aggregate (docs/semantics.md §13): `KStream#groupBy` and its repartition topic."""
 
     key: str = Field(min_length=1)  # Spark SQL over the record: the new key
     # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes); avro:
@@ -391,7 +391,7 @@ class JoinSpec(Strict):
 
 
 class RulesSpec(Strict):
-    """The lookback rule engine (flink.md 6, 7): per transaction and rule, an aggregate over [t - W, t]."""
+    """The lookback rule engine (docs/semantics.md §12): per transaction and rule, an aggregate over [t - W, t]."""
 
     input: str
     rules: str

@@ -1,6 +1,6 @@
 """Part: job spec. Re-keying (`group_by`) as the job declares it: which inputs of an operator are re-keyed,
 the repartition topics they write, what a re-keyed join reads, and the topics' partition count
-(kafka-streams.md 12). Pure: the Spark engine (ops/repartition.py) and the reference engine share it.
+(docs/semantics.md §13). Pure: the Spark engine (ops/repartition.py) and the reference engine share it.
 """
 from __future__ import annotations
 

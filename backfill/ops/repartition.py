@@ -1,9 +1,9 @@
 """Part: operators. Re-keying (`group_by`): the repartition topic Kafka Streams inserts before a re-keyed
-aggregate or join (kafka-streams.md 12), as records of a derived source (jobspec/rekeys.py names them).
+aggregate or join (docs/semantics.md §13), as records of a derived source (jobspec/rekeys.py names them).
 
 The upstream task evaluates the new key for each record it processes, in its order. A null new key never
 reaches the repartition topic (Kafka Streams filters it silently; here it is a `null_key` ledger row of the
-operator), except before a left or outer join (3.7+). Any other record is written to
+operator), except before a left or outer join (Kafka Streams 3.7+). Any other record is written to
 partition `(murmur2(serialized key) & 0x7fffffff) % partitions` of the topic, keeping its value and
 timestamp. The downstream task `q` reads partition `q` in offset order, with its own stream time; a join's
 task merges it with partition `q` of the other input (re-keyed too, or read as it is: `as_is`).

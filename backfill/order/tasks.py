@@ -53,7 +53,7 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
 
     `stream_times` maps a column name to the predicate of records reaching that operator: its stream
     time is the running max of `ts` over those records in task order, this record included
-    (processor-local stream time, kafka-streams.md 0).
+    (processor-local stream time, docs/semantics.md §3.1).
 
     `constants`: columns with this one value in every record (a one-source plan's `source` and `source_rank`).
     Where the ordering streams, they are not carried through its shuffle and sort but put back after it.

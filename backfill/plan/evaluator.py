@@ -326,7 +326,7 @@ def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
 
 def operator_windows(plan: Plan, spark: SparkSession, operator: str, spec: Any) -> DataFrame:
     """An `emit: final` window operator's closed windows as the run computes them, but with the operator's
-    job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md 4.5); nothing is
+    job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md §4.5); nothing is
     published."""
     op = next(o for o in plan.operators if o.name == operator)
     other = dataclasses.replace(op, spec=spec)

@@ -1,9 +1,9 @@
-"""Part: reference engine. The reference engine (DESIGN.md decision 5): one record at a time, as literally as the spec
+"""Part: reference engine. The reference engine (docs/architecture.md): one record at a time, as literally as the spec
 reads.
 
-RecordQueue per input partition (offset order, lazy timestamp extraction, kafka-streams.md 1.1),
+RecordQueue per input partition (offset order, lazy timestamp extraction, docs/semantics.md §1),
 PartitionGroup per task and sub-topology (Java's heap of queues keyed by head timestamp, §2.2-§2.5), and
-each operator with its own stream time and per-task state (4.1). It is the oracle of the property
+each operator with its own stream time and per-task state (§3.1). It is the oracle of the property
 tests and runs tiny jobs with `--engine reference`; it is never the fast path.
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ class WindowAggregate:
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """kafka-streams.md 4.1, steps 1-5."""
+        """docs/semantics.md §4.2-§4.5, for one record."""
         if rec["key"] is None:  # step 1: dropped, stream time not advanced
             st = self.stream_time if self.stream_time >= 0 else None
             self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
@@ -253,7 +253,7 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
 
 
 def _run_rules(job: Job, result: ReferenceResult) -> None:
-    """Rules operators (flink.md 6, 7): every record of both sources, each source's ledger rows first."""
+    """Rules operators (docs/semantics.md §12): every record of both sources, each source's ledger rows first."""
     records: dict[str, list[dict[str, Any]]] = {}
     for rank, (name, spec) in enumerate(job.spec.sources.items()):
         recs = read_records(job, name, raw_json=True)

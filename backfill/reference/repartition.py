@@ -1,6 +1,6 @@
 """Part: reference engine. Re-keying (`group_by`) one record at a time: the new key, its serialized bytes,
 Kafka's murmur2 partitioner, and the modelled order inside each repartition partition
-(kafka-streams.md 12; the Spark side is ops/repartition.py, whose docstring states the model). A re-keyed
+(docs/semantics.md §13; the Spark side is ops/repartition.py, whose docstring states the model). A re-keyed
 join also reads the input it keeps as it is, merged with the repartition partitions in its own tasks.
 """
 from __future__ import annotations

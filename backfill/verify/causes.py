@@ -1,11 +1,11 @@
-"""Part: verify. Why a window differs, from evidence only (DESIGN.md "What cannot be known"; kafka-streams.md 14.2).
+"""Part: verify. Why a window differs, from evidence only (docs/semantics.md §8).
 
 Evidence: the backfill's ledger (late drops), the input records re-assigned to windows with the
-engine's own TimeWindows (and their stream time at arrival, kafka-streams.md 4.1), the input's
+engine's own TimeWindows (and their stream time at arrival, docs/semantics.md §4.2), the input's
 offsets (gaps, where reading started), each task's stream time at the end of the data (windows not
 closed), and the stream's exact repeats. A cause is named only when the evidence shows it:
 
-- duplicate_delivery: the extra rows of a window are exact copies (at-least-once, 14.2.6).
+- duplicate_delivery: the extra rows of a window are exact copies (at-least-once, docs/semantics.md §9).
 - late_drop_differs: recomputing the window with the k records the backfill dropped as late added
   (the stream accepted them), or with the k accepted records that arrived behind stream time removed
   (the stream dropped them), gives the stream's value exactly; those records are shown.
@@ -14,7 +14,7 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
   partition's own records are taken in offset order, equal timestamps or not.
 - range_boundary: the window was not closed by the end of the data read, starts before the first
   record read of a partition that was read from a later offset, or lies outside the stream's output.
-- missing_input: the key's partition has an offset gap while the window was open (14.2.8).
+- missing_input: the key's partition has an offset gap while the window was open (docs/semantics.md §8).
 - reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
   application did, in a task with evidence of a restart (verify/restarts.py).
 - session_merge_differs (session windows): a session of one side overlaps, within a gap, a different
@@ -619,7 +619,7 @@ def _kept() -> Column:
 def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
                         stream_bounds: tuple[int | None, int | None]) -> DataFrame:
     """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs and each
-    partition's stream time at the end of the data (kafka-streams.md 5, 6)."""
+    partition's stream time at the end of the data (docs/semantics.md §10, §11)."""
     assert op.aggregate is not None
     w = op.aggregate.window
     session = w.type == "session"

@@ -269,7 +269,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
             progress(f"{op.name}: comparing update sequences (cache: on)")
             result, coalesced = _update_sequences(compared, result, backfill, stream, cmp, counts)
             notes.append("cache: on: a window whose last value matches is compared update by update; the "
-                         "stream's updates must be a coalescing of the backfill's (docs/semantics.md section 14)")
+                         "stream's updates must be a coalescing of the backfill's (docs/semantics.md §14)")
         ledger = _ledger(spark, plan)
         differs = sum(counts.values()) - counts[MATCH]
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
@@ -563,7 +563,7 @@ def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
                      "knowable, the largest values are kept")
     if updates:
         notes.append("emit: updates: the last value per window is compared (intermediate updates depend on cache "
-                     "flushes, docs/semantics.md section 8); repeats beyond the backfill's own are duplicates")
+                     "flushes, docs/semantics.md §8); repeats beyond the backfill's own are duplicates")
     if "ts" not in cmp.columns:
         notes.append("ts is not compared (missing on one side)")
     return notes

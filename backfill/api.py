@@ -87,7 +87,7 @@ class PlanResult:
 def plan_job(path: str | Path, start: Instant = None, end: Instant = None, spark: Any = None,
              profile: str | None = None) -> PlanResult:
     """`backfill plan`: the plan, and how the session would run it (the jar-less ordering over Spark Connect)."""
-    from backfill.jobspec import load_job as load
+    from backfill.jobspec.load import load_job as load
     from backfill.plan.builder import build_plan
 
     the_plan = build_plan(load(path), instant_ms(start, "--start"), instant_ms(end, "--end"))
@@ -113,7 +113,7 @@ def run_job(path: str | Path, start: Instant = None, end: Instant = None, *, spa
             profile: str | None = None, engine: str = "spark", progress: Progress = _quiet) -> Any:
     """`backfill run`: run the job on `spark` (else the profile's session) and publish; returns the RunSummary
     (`to_dict()` is `run --json`), or with engine="reference" the reference engine's result (nothing written)."""
-    from backfill.jobspec import load_job as load
+    from backfill.jobspec.load import load_job as load
     from backfill.plan.builder import build_plan
 
     lo, hi = instant_ms(start, "--start"), instant_ms(end, "--end")
@@ -170,7 +170,7 @@ def verify_job(path: str | Path, against: Mapping[str, str] | Sequence[str] | No
     """`backfill verify`: reconcile the published outputs with the streaming application's; writes the report
     (report.json, index.html) and returns the Outcome (`to_dict()` is `verify --json`; `exit_code` 0 matched or
     explained, 1 otherwise). `against`: {operator: table or path} (else the job's `verify:` settings)."""
-    from backfill.jobspec import load_job as load
+    from backfill.jobspec.load import load_job as load
     from backfill.plan.builder import build_plan
     from backfill.verify.reconcile import parse_tolerances
     from backfill.verify.restarts import read_commits
@@ -318,7 +318,7 @@ class Job:
 
 def load_job(path: str | Path) -> Job:
     """Read and check a job file (docs/job-spec.md); SpecError with one line naming the field and the fix."""
-    from backfill.jobspec import load_job as load
+    from backfill.jobspec.load import load_job as load
 
     return Job(load(path))
 

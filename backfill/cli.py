@@ -216,7 +216,7 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
             as_json: JsonOpt = False, remote: RemoteOpt = None) -> None:
     """Show the processing order per task: task, seq, record, timestamp and each operator's stream time."""
     from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     with handled(remote):
         the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))

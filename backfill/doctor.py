@@ -183,7 +183,7 @@ def job_checks(path: Path) -> list[Check]:
     import yaml
 
     from backfill.errors import BackfillError
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     try:
         job = load_job(path)

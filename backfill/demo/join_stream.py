@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill.errors import SpecError
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE
 from backfill.reference.engine import run_reference
 from backfill.reference.expr import compile_scalar

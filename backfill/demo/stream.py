@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from backfill.errors import SpecError
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.reference.engine import ReferenceResult, WindowAggregate
 from backfill.reference.records import read_records
 

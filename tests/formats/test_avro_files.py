@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from backfill.cli import app
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.reference.engine import run_reference
 from tests.conftest import read_jsonl
 from tests.formats.clicks import (CLICK_V1, CLICK_V2, avro_bytes, demo_job, demo_records, outputs, schema_folder,

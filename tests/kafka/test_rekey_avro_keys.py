@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.io.kafka import create_topic
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.reference.engine import run_reference
 from tests.conftest import read_jsonl, write_jsonl
 

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.errors import SpecError
+from backfill.errors import SourceError, SpecError
 from backfill.io.registry import WriterSchema, fetch_schemas
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import Encoded
@@ -57,6 +57,11 @@ def decode(df: DataFrame, column: str, enc: Encoded, fmt: str, job: Job, where: 
     assert enc.registry is not None
     schemas = fetch_schemas(enc.registry, str(job.base), fmt, ids, where)
     known = {i: s for i, s in schemas.items() if s is not None}
+    if not known and not (fmt == "avro" and enc.reader_schema):
+        seen = f"schema ids {', '.join(map(str, ids))}" if ids else "no record with a schema registry header"
+        hint = "give reader_schema" if fmt == "avro" else "check the registry"
+        raise SourceError(f"{where}: the input has {seen} and the registry knows none of them, so there is no "
+                          f"schema to read the {column}s as; {hint}")
     payload = F.expr(f"substring({column}, {HEADER + 1})").cast("binary")
     if fmt == "avro":
         decoded = _avro_by_id(df, payload, sid, known, job, enc, where)

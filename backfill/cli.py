@@ -248,13 +248,18 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
 def demo(profile: ProfileOpt = None, as_json: JsonOpt = False, kafka: Annotated[bool, typer.Option(
         "--kafka", help="Through a local Kafka broker: produce the clicks to a topic, archive it, run the job "
                         "from the topic and from the archive, and check both give identical outputs.")] = False,
+         avro: Annotated[bool, typer.Option(
+             "--avro", help="With --kafka: a secured cluster (SASL_SSL, SCRAM) and a schema registry; the clicks "
+                            "produced as Avro in two schema versions.")] = False,
          remote: RemoteOpt = None) -> None:
     """Generate the bundled click sample (2 partitions, a few percent late records) and run jobs/demo.yaml."""
     with handled(remote):
+        if avro and not kafka:
+            raise SpecError("--avro: the Avro variant runs through Kafka; add --kafka")
         if kafka:
             from backfill.demo import run_kafka_demo
 
-            if not run_kafka_demo(out, err, profile=profile, as_json=as_json):
+            if not run_kafka_demo(out, err, profile=profile, as_json=as_json, avro=avro):
                 raise typer.Exit(1)
             return
         from backfill.demo import run_demo

@@ -2,11 +2,14 @@
 dropped."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import random
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -325,11 +328,22 @@ def _late_table(op: str, w: WindowSpec, examples: list[dict[str, Any]]) -> Table
 KAFKA_DIR = "kafka"
 
 
-def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> bool:
+DEMO_PASSWORD_ENV = "BACKFILL_DEMO_KAFKA_PASSWORD"
+# the demo's clicks as Avro: the second version adds a field with a default halfway through the history
+CLICK_AVRO = {"type": "record", "name": "Click", "namespace": "demo", "fields": [
+    {"name": "user", "type": "string"}, {"name": "page", "type": "string"},
+    {"name": "amount", "type": ["null", "double"], "default": None}, {"name": "ts", "type": "long"}]}
+CLICK_AVRO_V2 = {**CLICK_AVRO, "fields": [*CLICK_AVRO["fields"], {"name": "device", "type": "string",
+                                                                  "default": "web"}]}
+
+
+def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: bool, avro: bool = False) -> bool:
     """The demo through a real broker: produce the clicks to a topic, archive it, run the job from both.
 
     Starts a local broker (127.0.0.1, temporary log) and stops it at the end; returns True when the run
-    from the topic and the run from its archive published identical outputs and ledgers.
+    from the topic and the run from its archive published identical outputs and ledgers. `avro`: the broker
+    is read over SASL_SSL (SCRAM-SHA-512, its password in an environment variable the job names), and the
+    clicks are Avro in the registry's wire format, two schema versions, through a local schema registry.
     """
     from backfill.execute import execute
     from backfill.io.archive import archive_topic
@@ -345,17 +359,33 @@ def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: boo
     shutil.rmtree(work, ignore_errors=True)
     install_job(work)
     cols, _ = _clicks(20_000, 2, 7)
-    say("starting a local Kafka broker (KRaft, 127.0.0.1)")
-    with start_broker() as broker:
+    say("starting a local Kafka broker (KRaft, 127.0.0.1)" + (" with SASL and TLS listeners" if avro else ""))
+    with start_broker(secure=avro) as broker, _registry(avro, say) as registry:
         create_topic(broker.bootstrap, TOPIC, 2)
+        values: list[Any] = cols["value"]
+        security, bootstrap, value = None, broker.bootstrap, None
+        if avro:
+            user, password = broker.users["SCRAM-SHA-512"]
+            os.environ[DEMO_PASSWORD_ENV] = password  # this process's clients read it; the job names the variable
+            security = {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": user,
+                        "password": "${env:" + DEMO_PASSWORD_ENV + "}", "ca_file": str(broker.ca_file)}
+            bootstrap, value = broker.listeners["SASL_SSL"], {"format": "avro", "registry": {"url": registry.url}}
+            values = _avro_values(registry.url, values)
+            say(f"clicks as Avro through the schema registry at {registry.url}: schema ids "
+                f"{sorted({int.from_bytes(v[1:5], 'big') for v in values})}; the cluster read over SASL_SSL")
+        from backfill.jobspec.models import SecuritySpec
+
+        spec = SecuritySpec(**security) if security else None
         records = [{"partition": p, "key": k, "value": v, "timestamp": t}
-                   for p, k, v, t in zip(cols["partition"], cols["key"], cols["value"], cols["timestamp"])]
-        say(f"produced {produce(broker.bootstrap, TOPIC, records):,} clicks to topic {TOPIC} at {broker.bootstrap}")
-        archived = archive_topic(get_spark(profile), broker.bootstrap, TOPIC, str(work / SOURCE), say)
+                   for p, k, v, t in zip(cols["partition"], cols["key"], values, cols["timestamp"])]
+        say(f"produced {produce(bootstrap, TOPIC, records, spec):,} clicks to topic {TOPIC} at {bootstrap}")
+        archived = archive_topic(get_spark(profile), bootstrap, TOPIC, str(work / SOURCE), say, spec)
         say(f"archived {archived['records']:,} records into {WORK_DIR}/{KAFKA_DIR}/{SOURCE}")
         runs = {}
-        for name, source in (("topic", {"format": "kafka", "kafka": {"bootstrap": broker.bootstrap, "topic": TOPIC}}),
-                             ("archive", {"format": "delta", "path": f"../{SOURCE}"})):
+        kafka = {"bootstrap": bootstrap, "topic": TOPIC, **({"security": security} if security else {})}
+        extra = {"value": value} if value else {}
+        for name, source in (("topic", {"format": "kafka", "kafka": kafka, **extra}),
+                             ("archive", {"format": "delta", "path": f"../{SOURCE}", **extra})):
             say(f"running the demo job from the {name}")
             runs[name] = execute(_variant(work, name, source), None, None, profile, "spark", err, quiet=True)
     same = {sink: _table_rows(work / "gold-topic" / sink) == _table_rows(work / "gold-archive" / sink)
@@ -371,6 +401,33 @@ def run_kafka_demo(out: Console, err: Console, profile: str | None, as_json: boo
         out.print("[bold green]the topic and its archive gave identical outputs[/]" if all(same.values()) else
                   "[bold red]the topic and its archive gave different outputs[/]", highlight=False)
     return all(same.values())
+
+
+@contextlib.contextmanager
+def _registry(wanted: bool, say: Any) -> Iterator[Any]:
+    """A local schema registry for the Avro variant (none otherwise)."""
+    if not wanted:
+        yield None
+        return
+    from backfill.io.registry_server import start_registry
+
+    say("starting a local schema registry (Apicurio Registry, 127.0.0.1)")
+    with start_registry() as registry:
+        yield registry
+
+
+def _avro_values(url: str, values: list[str]) -> list[bytes]:
+    """The JSON clicks as Avro through confluent-kafka's serializer: the first half v1, the rest v2 (`device`)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext(TOPIC, MessageField.VALUE)
+    v1, v2 = AvroSerializer(client, json.dumps(CLICK_AVRO)), AvroSerializer(client, json.dumps(CLICK_AVRO_V2))
+    half = len(values) // 2
+    return [v1(json.loads(v), ctx) if i < half else v2({**json.loads(v), "device": "app"}, ctx)
+            for i, v in enumerate(values)]
 
 
 def _variant(work: Path, name: str, source: dict[str, Any]) -> Path:

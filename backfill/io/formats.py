@@ -30,8 +30,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.errors import SpecError
-from backfill.io.registry import WriterSchema, fetch_schemas
+from backfill.errors import SourceError, SpecError
+from backfill.io.registry import WriterSchema, fetch_schemas, shown_url
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import Encoded
 
@@ -57,6 +57,11 @@ def decode(df: DataFrame, column: str, enc: Encoded, fmt: str, job: Job, where: 
     assert enc.registry is not None
     schemas = fetch_schemas(enc.registry, str(job.base), fmt, ids, where)
     known = {i: s for i, s in schemas.items() if s is not None}
+    if not known and not (fmt == "avro" and enc.reader_schema):
+        seen = f"schema ids {', '.join(map(str, ids))}" if ids else "no record with a schema registry header"
+        hint = "give reader_schema" if fmt == "avro" else "check the registry"
+        raise SourceError(f"{where}: the input has {seen} and the registry knows none of them, so there is no "
+                          f"schema to read the {column}s as; {hint}")
     payload = F.expr(f"substring({column}, {HEADER + 1})").cast("binary")
     if fmt == "avro":
         decoded = _avro_by_id(df, payload, sid, known, job, enc, where)
@@ -65,7 +70,7 @@ def decode(df: DataFrame, column: str, enc: Encoded, fmt: str, job: Job, where: 
     else:
         decoded = _json_by_id(df, payload, sid, known, where)
     unknown = [i for i, s in schemas.items() if s is None]
-    source = enc.registry.url or enc.registry.schemas
+    source = shown_url(enc.registry.url) if enc.registry.url else enc.registry.schemas
     bad = (F.when(raw.isNotNull() & ~header, F.concat(
         F.lit(f"unreadable {part}: no schema registry header (magic byte 0x"),
         F.coalesce(F.lower(F.hex(F.substring(raw, 1, 1))), F.lit("")),
@@ -136,7 +141,8 @@ def _avro_by_id(df: DataFrame, payload: Column, sid: Column, known: dict[int, Wr
         reader = known[max(known)].text or ""
     else:
         return F.lit(None).cast("string")
-    out: Column = F.lit(None)
+    # no known id (every record unreadable): null values of the reader schema's type
+    out: Column = _from_avro(df, F.lit(None).cast("binary"), reader, reader, f"{where}.reader_schema")
     first = True
     for i, ws in sorted(known.items()):
         col = _from_avro(df, payload, ws.text or "", reader, f"{where}: schema id {i}")

@@ -215,7 +215,12 @@ def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], security:
                          headers=[(k, _bytes(v)) for k, v in (rec.get("headers") or {}).items()], on_delivery=report)
         if i % 10_000 == 0:
             producer.poll(0)
-    producer.flush(TIMEOUT_S * 4)
+    left = producer.flush(TIMEOUT_S * 4)
+    if left:  # a busy machine: wait longer, but never return before every record is delivered (or failed)
+        left = producer.flush(TIMEOUT_S * 16)
+    if left:
+        raise SourceError(f"kafka {bootstrap}/{topic}: {left} records were not delivered within "
+                          f"{TIMEOUT_S * 20:.0f} s")
     if failed:
         raise SourceError(f"kafka {bootstrap}/{topic}: {len(failed)} records were not written ({failed[0]})")
     return len(records)

@@ -67,10 +67,10 @@ def _from_url(url: str, fmt: str, schema_id: int, where: str) -> WriterSchema | 
         if exc.code == 404:
             return None
         raise SourceError(f"{where}.registry.url: the schema registry answered HTTP {exc.code} for schema id "
-                          f"{schema_id} at {_shown(url)}") from None
+                          f"{schema_id} at {shown_url(url)}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise SourceError(f"{where}.registry.url: no schema registry answered at {_shown(url)} within "
+        raise SourceError(f"{where}.registry.url: no schema registry answered at {shown_url(url)} within "
                           f"{TIMEOUT_S:.0f} s ({reason}); check the address and that it runs") from None
     kind = doc.get("schemaType") or "AVRO"
     if kind != TYPES[fmt]:
@@ -96,7 +96,7 @@ def _descriptor_set(text: str, schema_id: int, where: str) -> bytes:
     return descriptor_pb2.FileDescriptorSet(file=[proto]).SerializeToString()
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """The URL without any user:password part (nothing secret is printed)."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.rsplit('@', 1)[-1]}"

@@ -41,6 +41,9 @@ class Decoder:
             schema = self._fetch(i)
             if schema is not None:
                 self.schemas[i] = schema
+        if not self.schemas and not (fmt == "avro" and enc.reader_schema):
+            raise SourceError(f"{where}: the input has schema ids {ids} and the registry knows none of them, so "
+                              f"there is no schema to read the {part}s as")
         newest = self.schemas[max(self.schemas)] if self.schemas else None
         if fmt == "avro":
             self.reader = _avro(self._file(enc.reader_schema)) if enc.reader_schema else newest
@@ -64,7 +67,11 @@ class Decoder:
                           "least; the wire format starts with 0 and a 4-byte schema id)")
         sid = struct.unpack(">I", raw[1:5])[0]
         if sid not in self.schemas:
-            source = self.enc.registry.url or self.enc.registry.schemas  # type: ignore[union-attr]
+            registry = self.enc.registry
+            assert registry is not None
+            url = registry.url or ""
+            source = f"{url.partition('://')[0]}://{url.partition('://')[2].rsplit('@', 1)[-1]}" if url \
+                else registry.schemas
             return None, f"unreadable {self.part}: schema id {sid} is not in the registry ({source})"
         try:
             return self._payload(raw[5:], self.schemas[sid]), None

@@ -164,3 +164,14 @@ def test_bad_format_settings_are_refused_with_one_line(tmp_path, value, message)
     write_jsonl(tmp_path / "in.jsonl", [])
     result = CliRunner().invoke(app, ["plan", str(_job(tmp_path, value))])
     assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_input_whose_schema_ids_the_registry_lacks_is_one_line_exit_2(tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"topic": "clicks", "partition": 0, "offset": 0, "key": "u",
+                                                "timestamp": 1, "value": None}],
+                       [b"\x00" + struct.pack(">I", 9) + b"\x02u"])
+    before = path.read_bytes()
+    schema_folder(tmp_path / "schemas", {1: CLICK_V1})
+    code, err = _run(_job(tmp_path, "{format: avro, registry: {schemas: schemas}}"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and path.read_bytes() == before
+    assert "the input has schema ids 9 and the registry knows none of them" in err and "reader_schema" in err

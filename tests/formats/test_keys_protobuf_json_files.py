@@ -14,7 +14,7 @@ from backfill.reference.engine import run_reference
 from tests.conftest import read_jsonl
 from tests.formats.clicks import avro_bytes
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _jsonl(path: Path, keys: list[bytes | str], values: list[bytes]) -> None:

@@ -98,6 +98,7 @@ def test_sasl_scram_over_tls_for_run_archive_and_verify_with_the_secret_nowhere(
         assert secret not in written and secret not in said
 
 
+@pytest.mark.slow  # the secured broker starts in 20-40 s
 def test_a_wrong_password_is_one_line_exit_2(tmp_path, secure_kafka_broker, monkeypatch):
     broker = secure_kafka_broker
     topic = _topic(broker, 3)

@@ -48,6 +48,7 @@ def _producer_partitions(bootstrap: str, keys: dict[str, bytes], partitions: int
     return out
 
 
+@pytest.mark.slow
 def test_an_avro_group_by_key_lands_where_kafkas_partitioner_puts_its_wire_bytes(tmp_path, kafka_broker, spark):
     write_jsonl(tmp_path / "in.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": "k",
                                          "value": {"user": USERS[i % len(USERS)]}, "timestamp": 1000 * i}

@@ -1,4 +1,5 @@
-"""Part: commands. The `backfill` command: plan, run, runs, inspect, verify, diff, demo, archive.
+"""Part: commands. The `backfill` command: plan, run, runs, inspect, verify, diff, demo, archive, doctor, server,
+jars. A thin layer over the Python API (backfill/api.py): the same functions, printed.
 
 Exit codes: 0 ok, 1 differences or failed expectations, 2 error (one clear line on stderr).
 """
@@ -48,25 +49,43 @@ RestateOpt = Annotated[Optional[str], typer.Option(
                       "changed since (late data).")]
 EngineOpt = Annotated[str, typer.Option(
     "--engine", help="spark (default) or reference (the record-at-a-time oracle; small inputs only).")]
+RemoteOpt = Annotated[Optional[str], typer.Option(
+    "--remote", help="Run on a Spark Connect server, sc://HOST:PORT (default $SPARK_REMOTE; else the resident "
+                     "engine of `backfill server` when it runs; else a session of its own).", show_default=False)]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from backfill.doctor import versions
+
+        for line in versions():
+            print(line)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option(
+        "--version", help="Print backfill's, Spark's, Delta's and the Kafka Streams profiles' versions and exit.",
+        callback=_version, is_eager=True)] = False) -> None:
+    """Re-derive what a Kafka Streams application emitted, exactly, in PySpark batch jobs."""
 
 
 def parse_instant(text: str | None, option: str) -> int | None:
     """An ISO-8601 instant or epoch milliseconds, as epoch ms."""
-    from backfill.jobspec.durations import INSTANT_HINT, parse_instant as parse
+    from backfill.api import instant_ms
 
-    if text is None:
-        return None
-    try:
-        return parse(text)
-    except ValueError:
-        raise SpecError(f"{option} {text!r} is not an instant; {INSTANT_HINT}") from None
+    return instant_ms(text, option)
 
 
 @contextmanager
-def handled() -> Iterator[None]:
-    """Map errors to exit codes with one line on stderr; never a traceback for a user error."""
+def handled(remote: str | None = None) -> Iterator[None]:
+    """Map errors to exit codes with one line on stderr; never a traceback for a user error. `remote`: the
+    command's sessions are Spark Connect sessions to that address."""
+    from backfill.session import remote as connect_to
+
     try:
-        yield
+        with connect_to(remote):
+            yield
     except BackfillError as exc:
         err.print(f"[bold red]error:[/] {one_line(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
@@ -109,14 +128,12 @@ def _spark_message(exc: Exception) -> str:
 @app.command()
 def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False, due: DueOpt = False,
          until: UntilOpt = None, max_intervals: MaxOpt = None, restate: RestateOpt = None,
-         profile: ProfileOpt = None) -> None:
+         profile: ProfileOpt = None, remote: RemoteOpt = None) -> None:
     """Show what a run would do: inputs, output range, warm-up and cool-down, operators, sinks. Reads no data
     (with --due/--restate: the intervals a scheduled run would publish; reads the sources' timestamps)."""
-    from backfill.plan.builder import build_plan
-    from backfill.plan.explainer import explain, plan_dict
-    from backfill.jobspec import load_job
+    from backfill.api import plan_job
 
-    with handled():
+    with handled(remote):
         if due or restate is not None:
             _no_range(start, end, "--due/--restate")
             from backfill.scheduling.command import plan_scheduled
@@ -125,22 +142,22 @@ def plan(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonO
                            due=due, profile=profile, out=out, as_json=as_json)
             return
         _scheduled_only(until, max_intervals)
-        the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
+        planned = plan_job(job, parse_instant(start, "--start"), parse_instant(end, "--end"), profile=profile)
         if as_json:
-            print(json.dumps(plan_dict(the_plan), indent=2))
+            print(json.dumps(planned.to_dict(), indent=2))
         else:
-            out.print(explain(the_plan), highlight=False, soft_wrap=True)
+            out.print(str(planned), highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
 def run(job: JobArg, start: StartOpt = None, end: EndOpt = None, as_json: JsonOpt = False,
         profile: ProfileOpt = None, engine: EngineOpt = "spark", due: DueOpt = False, until: UntilOpt = None,
-        max_intervals: MaxOpt = None, restate: RestateOpt = None) -> None:
+        max_intervals: MaxOpt = None, restate: RestateOpt = None, remote: RemoteOpt = None) -> None:
     """Run the job: re-derive every operator's output for the range and publish it (Delta: replace the range).
 
     With --due and/or --restate: the job's schedule decides the ranges (one scheduler at a time; a second
     one exits 0 saying which run holds the lock)."""
-    with handled():
+    with handled(remote):
         if due or restate is not None:
             _no_range(start, end, "--due/--restate")
             if engine != "spark":
@@ -196,12 +213,12 @@ def runs(job: JobArg, as_json: JsonOpt = False,
 def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None,
             engine: EngineOpt = "spark",
             limit: Annotated[int, typer.Option("--limit", help="Rows to show (0: all).")] = 50,
-            as_json: JsonOpt = False) -> None:
+            as_json: JsonOpt = False, remote: RemoteOpt = None) -> None:
     """Show the processing order per task: task, seq, record, timestamp and each operator's stream time."""
     from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
-    with handled():
+    with handled(remote):
         the_plan = build_plan(load_job(job), parse_instant(start, "--start"), parse_instant(end, "--end"))
         if engine == "reference":
             from backfill.reference.engine import run_reference
@@ -230,10 +247,10 @@ def inspect(job: JobArg, start: StartOpt = None, end: EndOpt = None, profile: Pr
 @app.command()
 def demo(profile: ProfileOpt = None, as_json: JsonOpt = False, kafka: Annotated[bool, typer.Option(
         "--kafka", help="Through a local Kafka broker: produce the clicks to a topic, archive it, run the job "
-                        "from the topic and from the archive, and check both give identical outputs.")] = False
-         ) -> None:
+                        "from the topic and from the archive, and check both give identical outputs.")] = False,
+         remote: RemoteOpt = None) -> None:
     """Generate the bundled click sample (2 partitions, a few percent late records) and run jobs/demo.yaml."""
-    with handled():
+    with handled(remote):
         if kafka:
             from backfill.demo import run_kafka_demo
 
@@ -251,8 +268,9 @@ def conformance(
             "--kafka-streams", help="Kafka Streams version to judge with (repeatable; default: every version "
                                     "set up in jvm/lib).")] = None,
         operator: Annotated[list[str] | None, typer.Option(
-            "--operator", help="aggregate, session, sliding, join (judged by Kafka Streams) or rules (judged by "
-                               "Flink); repeatable; default: all.")] = None,
+            "--operator", help="aggregate, session, sliding, join (judged by Kafka Streams), order (the merge of a "
+                               "task's queues, judged by a live Kafka Streams application on a local broker) or "
+                               "rules (judged by Flink); repeatable; default: all but order.")] = None,
         scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,
         engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",
@@ -272,8 +290,8 @@ def conformance(
     with handled():
         kinds = operator or [*KINDS, "rules"]
         for kind in kinds:
-            if kind not in (*KINDS, "rules"):
-                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}, rules")
+            if kind not in (*KINDS, "order", "rules"):
+                raise SpecError(f"--operator {kind!r}: conformance covers {', '.join(KINDS)}, order, rules")
         engines = {"both": ("spark", "reference"), "spark": ("spark",), "reference": ("reference",)}.get(engine)
         if engines is None:
             raise SpecError(f"--engine {engine!r}: use spark, reference or both")
@@ -300,6 +318,14 @@ def conformance(
 
                     rows += run_rules(scenarios, seed, engines, run_ours, Path(work), failures, progress=progress)
                     continue
+                if kind == "order":
+                    from backfill.conformance.order import run_order
+                    from backfill.session import get_spark
+
+                    session = get_spark(profile) if "spark" in engines else None
+                    rows += [(v, run_order(scenarios, seed, v, engines, Path(work), failures, spark=session,
+                                           progress=progress)) for v in chosen]
+                    continue
                 rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures,
                                  progress=progress)
         differing = sum(len(r.differences) for _, r in rows)
@@ -317,6 +343,13 @@ def conformance(
                               f"{r.dropped:,}", *(f"{r.agreeing[e]:,}" if e in r.agreeing else "-" for e in engines),
                               f"{len(r.differences):,}")
             out.print(table)
+            for version, r in rows:
+                for engine, n in getattr(r, "first_offer", {}).items():
+                    if n:
+                        out.print(f"order ({engine}, Kafka Streams {version}): {n} task(s) whose two queues start with "
+                                  "the same timestamp took the other first offering (the consumer handed the later-"
+                                  "named partition over first, docs/semantics.md §2.4); the rest of their order "
+                                  "agrees", highlight=False)
             for _, r in rows:
                 for d in r.differences:
                     if d.repro:
@@ -330,25 +363,82 @@ def conformance(
 def archive(bootstrap: Annotated[str, typer.Option("--bootstrap", help="Kafka bootstrap servers, host:port.")],
             topic: Annotated[str, typer.Option("--topic", help="The topic to archive.")],
             to: Annotated[Path, typer.Option("--to", help="The Kafka-archive Delta table (created if missing).")],
-            profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+            security: Annotated[Optional[Path], typer.Option(
+                "--security", help="A YAML file of the cluster's kafka.security settings (protocol, mechanism, "
+                "username, password as ${env:NAME} or ${file:PATH}, ca_file).", show_default=False)] = None,
+            profile: ProfileOpt = None, as_json: JsonOpt = False, remote: RemoteOpt = None) -> None:
     """Copy a topic's new records into a Kafka-archive Delta table (only offsets not archived yet)."""
     from backfill.io.archive import archive_topic
     from backfill.io.lock import holding
+    from backfill.jobspec.load import load_security
 
-    with handled(), holding([str(to.resolve())], f"archive {topic}"):
+    with handled(remote), holding([str(to.resolve())], f"archive {topic}"):
         from backfill.session import get_spark
+
+        settings = load_security(security) if security is not None else None
 
         def progress(line: str) -> None:  # one line per partition: what is archived now
             if not as_json:
                 err.print(line, highlight=False)
 
-        result = archive_topic(get_spark(profile), bootstrap, topic, str(to.resolve()), progress)
+        result = archive_topic(get_spark(profile), bootstrap, topic, str(to.resolve()), progress, settings)
         if as_json:
             print(json.dumps(result, indent=2))
         else:
             version = f", table version {result['version']}" if result["version"] is not None else ""
             out.print(f"archived {result['records']:,} new records of {topic} into {result['path']}{version}",
                       highlight=False)
+
+
+@app.command()
+def doctor(job: Annotated[Optional[Path], typer.Argument(
+               help="A job file: also check it, its inputs, and its brokers' and schema registries' reachability.",
+               show_default=False)] = None,
+           profile: ProfileOpt = None, remote: RemoteOpt = None, as_json: JsonOpt = False,
+           no_spark: Annotated[bool, typer.Option("--no-spark", help="Do not start a Spark session.")] = False) -> None:
+    """Check what backfill needs here: Java, Maven, the jars, a Spark session (and with JOB its brokers and
+    registries); one line each with what to do. Exit 2 when something a run needs fails."""
+    from backfill.doctor import diagnose
+
+    with handled(remote):
+        checks = diagnose(job, profile, spark=not no_spark)
+        if as_json:
+            print(json.dumps([c.to_dict() for c in checks], indent=2))
+        else:
+            colour = {"ok": "green", "warn": "yellow", "fail": "red"}
+            from rich.markup import escape
+
+            for c in checks:
+                out.print(f"[{colour[c.status]}]{escape(c.line())}[/]", highlight=False, soft_wrap=True)
+        if any(c.status == "fail" for c in checks):
+            raise typer.Exit(2)
+
+
+@app.command()
+def jars(as_json: JsonOpt = False, packages: Annotated[bool, typer.Option(
+        "--packages", help="Print the Maven coordinates (spark.jars.packages) instead of the jar files.")] = False
+         ) -> None:
+    """Print the jars a Spark session needs for backfill (Delta, Spark's Kafka source, backfill's operators), comma
+    separated, for spark-submit --jars or spark.jars (see README: spark-submit, YARN, Kubernetes)."""
+    from backfill.api import jars as job_jars
+
+    with handled():
+        found = job_jars(packages=packages)
+        print(json.dumps(found, indent=2) if as_json else ",".join(found))
+
+
+@app.command("setup-jars")
+def setup_jars(as_json: JsonOpt = False) -> None:
+    """Resolve the pinned jars (Delta, Spark's Kafka source) from Maven through Spark's own resolver (Ivy) into
+    backfill's jar folder, once: for an installed wheel (a checkout has scripts/setup.sh)."""
+    from backfill.session import setup_jars as resolve
+
+    with handled():
+        found = resolve(lambda line: err.print(f"[dim]{line}[/]", highlight=False))
+        if as_json:
+            print(json.dumps(found, indent=2))
+        else:
+            out.print(f"{len(found)} jars in {Path(found[0]).parent if found else '-'}", highlight=False)
 
 
 AgainstOpt = Annotated[Optional[list[str]], typer.Option(
@@ -374,31 +464,18 @@ def verify(job: JobArg, against: AgainstOpt = None, maps: MapOpt = None, toleran
            corrections: Annotated[Optional[Path], typer.Option(
                "--corrections", help="Write the windows to republish (the backfill's values where a cause shows "
                "the stream's are wrong) to OUT/<operator>, in the sink's format.", show_default=False)] = None,
-           junit: JunitOpt = None,
-           start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+           junit: JunitOpt = None, start: StartOpt = None, end: EndOpt = None, profile: ProfileOpt = None,
+           as_json: JsonOpt = False, remote: RemoteOpt = None) -> None:
     """Reconcile the backfill's published output with the streaming application's output, with causes."""
-    from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
-    from backfill.verify.reconcile import parse_tolerances
-    from backfill.verify.restarts import read_commits
-    from backfill.verify.runner import default_report_dir, targets_for, verify_plan
+    from backfill.api import verify_job
 
-    with handled():
-        lo, hi = parse_instant(start, "--start"), parse_instant(end, "--end")
-        the_plan = build_plan(load_job(job), lo, hi)
-        targets = targets_for(the_plan, against or [])
-        mapping = _pairs(maps or [], "--map", "col=source_col")
-        tolerances = parse_tolerances(tolerance or [])
-        committed = read_commits(commits) if commits is not None else None
-        folder = report or default_report_dir(the_plan.job.spec.name)
-        summary = execute(job, lo, hi, profile, "spark", err, quiet=as_json) if run_first else None
-        from backfill.session import get_spark
-
+    with handled(remote):
         with _status("verifying", as_json) as progress:
-            outcome = verify_plan(get_spark(profile, _verify_bytes(the_plan.job, targets)), the_plan, targets,
-                                  mapping, tolerances, folder, progress,
-                                  run=summary, commits=committed, corrections=corrections)
-        _finish(outcome, as_json, junit)
+            outcome = verify_job(job, against or [], start=parse_instant(start, "--start"),
+                                 end=parse_instant(end, "--end"), columns=_pairs(maps or [], "--map", "col=source_col"),
+                                 tolerance=tolerance or [], report=report, run=run_first, commits=commits,
+                                 corrections=corrections, junit=junit, profile=profile, progress=progress)
+        _finish(outcome, as_json)
 
 
 @app.command()
@@ -409,33 +486,15 @@ def diff(old: Annotated[str, typer.Argument(help="The old output: table path, or
              "--columns", help="Compare only these columns (comma-separated or repeated; default: every column "
                                "both have, keys and bookkeeping aside).")] = None,
          tolerance: ToleranceOpt = None, report: ReportOpt = None, profile: ProfileOpt = None,
-         as_json: JsonOpt = False, junit: JunitOpt = None) -> None:
+         as_json: JsonOpt = False, junit: JunitOpt = None, remote: RemoteOpt = None) -> None:
     """Compare two outputs by key (reprocessing after a logic change): same comparison and report, no causes."""
-    from backfill.verify.reconcile import parse_tolerances
-    from backfill.verify.runner import default_report_dir, diff_tables
+    from backfill.api import diff_outputs
 
-    with handled():
-        keys = [c for item in on for c in item.split(",")]
-        folder = report or default_report_dir("diff")
-        from backfill.session import get_spark
-
+    with handled(remote):
         with _status("comparing", as_json) as progress:
-            from backfill.jobspec.load import local_bytes
-
-            outcome = diff_tables(get_spark(profile, local_bytes([old, new])), old, new, keys,
-                                  parse_tolerances(tolerance or []), folder, progress,
-                                  only=[c for item in columns or [] for c in item.split(",") if c])
-        _finish(outcome, as_json, junit)
-
-
-def _verify_bytes(job: Any, targets: list[Any]) -> int | None:
-    """The size of what a verify reads: the job's sources and the streaming outputs (None when unknown)."""
-    from backfill.jobspec.load import local_bytes
-
-    sources = job.input_bytes()
-    outputs = local_bytes(t.against if "://" in t.against else os.path.join(t.base or os.getcwd(), t.against)
-                          for t in targets)
-    return None if sources is None or outputs is None else sources + outputs
+            outcome = diff_outputs(old, new, on, columns=columns or [], tolerance=tolerance or [], report=report,
+                                   junit=junit, profile=profile, progress=progress)
+        _finish(outcome, as_json)
 
 
 def _pairs(items: list[str], option: str, shape: str) -> dict[str, str]:
@@ -460,13 +519,9 @@ def _status(what: str, quiet: bool) -> Iterator[Any]:
         yield lambda stage: err.print(f"[dim]- {stage}[/]", highlight=False)
 
 
-def _finish(outcome: Any, as_json: bool, junit: Path | None = None) -> None:
-    """Write the report (and the JUnit XML), print the verdict, exit 0 (matched or explained) or 1."""
-    from backfill.verify.report import write_junit, write_report
-
-    page = write_report(outcome)
-    if junit is not None:
-        write_junit(outcome, junit)
+def _finish(outcome: Any, as_json: bool) -> None:
+    """Print the verdict (the API wrote the report and the JUnit XML), exit 0 (matched or explained) or 1."""
+    page = outcome.report_dir / "index.html"
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, default=str))
     else:
@@ -484,7 +539,7 @@ def main() -> None:
     is already written and committed then, and the JVM ends by itself once its parent is gone (it
     watches its stdin), so leave at once.
     """
-    from backfill.session import one_shot_process
+    from backfill.session import end_connect_session, one_shot_process
 
     one_shot_process()
     try:
@@ -492,6 +547,11 @@ def main() -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    if "pyspark" in sys.modules:
+        try:  # a Spark Connect server keeps a session's state until it is released (or times out)
+            end_connect_session()
+        except Exception:  # noqa: BLE001 - the command is done; a server gone meanwhile changes nothing
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     if "pyspark" in sys.modules and _spark_running():

@@ -31,7 +31,7 @@ class RecordColumn:
 RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("source", "string", "io/sources", "all", "the job's source name"),
     RecordColumn("source_rank", "int", "io/sources", "order/tasks",
-                 "declaration order of the source: the tie-break between a task's queues"),
+                 "declaration order of the source (a recorded order's tie-break; the heap's, after the topic name)"),
     RecordColumn("topic", "string", "io/sources", "plan/evaluator, ledger", "Kafka topic (default: the source's)"),
     RecordColumn("partition", "int", "io/sources", "order/tasks, ledger", "Kafka partition = the task"),
     RecordColumn("offset", "bigint", "io/sources", "order/tasks, ledger", "offset in the partition"),

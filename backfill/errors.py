@@ -20,6 +20,11 @@ class OrderingError(BackfillError):
     """The processing order cannot be derived (e.g. co-partitioned inputs disagree on partition count)."""
 
 
+class SessionError(BackfillError):
+    """The Spark session cannot run backfill (no Delta, another time zone, no server at the address): names what is
+    missing and how to set it; a session the caller gave is never changed."""
+
+
 class PublishError(BackfillError):
     """Results could not be published; the target table is left as it was."""
 

@@ -1,4 +1,5 @@
-"""Part: commands. Load, plan and run one job on the engine asked for (the `run` command, the demo, conformance)."""
+"""Part: commands. Run one job on the engine asked for, with progress on the terminal (the `run` command, the demo,
+conformance); the run itself is the Python API's (backfill/api.py `run_job`)."""
 from __future__ import annotations
 
 import sys
@@ -9,37 +10,21 @@ from typing import Any
 
 from rich.console import Console
 
-from backfill.errors import SpecError
-
 
 def execute(job: Path, start: int | None, end: int | None, profile: str | None, engine: str,
             err: Console, quiet: bool = False) -> dict[str, Any]:
-    """Load, plan and run a job; return the summary as a dict."""
-    from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
+    """Load, plan and run a job; return the summary as a dict (`run --json`)."""
+    from backfill.api import run_job
 
-    the_plan = build_plan(load_job(job), start, end)
-    if engine == "reference":
-        from backfill.reference.engine import run_reference
-
-        return run_reference(the_plan.job, start, end).to_dict()
-    if engine != "spark":
-        raise SpecError(f"--engine {engine!r} is not an engine; use spark or reference")
-    from backfill.io.lock import holding
-    from backfill.plan.evaluator import run_plan
-    from backfill.session import get_spark
-
-    with holding(the_plan.written_paths, the_plan.job.spec.name), \
-            err.status("starting Spark", spinner="dots") if not quiet and sys.stderr.isatty() else _nullctx() as status:
-        spark = get_spark(profile, input_bytes=the_plan.job.input_bytes())
-
+    spinning = not quiet and sys.stderr.isatty() and engine == "spark"
+    with err.status("starting Spark", spinner="dots") if spinning else _nullctx() as status:
         def progress(stage: str) -> None:
             if status is not None:
                 status.update(stage)
             elif not quiet:
                 err.print(f"[dim]- {stage}[/]", highlight=False)
 
-        return run_plan(the_plan, spark, progress).to_dict()
+        return run_job(job, start, end, profile=profile, engine=engine, progress=progress).to_dict()
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Part: foundation. The dropped-records ledger (DESIGN.md decision 4): every record not contributing says why."""
+"""Part: foundation. The dropped-records ledger (docs/semantics.md §7): every record not contributing says why."""
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame

@@ -1,4 +1,6 @@
-"""Part: foundation. Spark session from a conf/ profile (`--profile` or BACKFILL_PROFILE; default `local`)."""
+"""Part: foundation. Spark session from a conf/ profile (`--profile` or BACKFILL_PROFILE; default `local`), or a
+Spark Connect session (`--remote sc://HOST:PORT`, SPARK_REMOTE, or the resident engine of `backfill server`), or
+the caller's own session (the Python API), checked for what backfill needs and never reconfigured."""
 from __future__ import annotations
 
 import os
@@ -14,19 +16,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-from backfill.errors import SpecError
+from backfill.errors import SessionError, SpecError
+from backfill.resources import SPARK_PACKAGES, bundled, ivy_dir, jvm_file, jvm_lib
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
 
 T = TypeVar("T")
 
-CONF_DIR = Path(os.environ.get("BACKFILL_CONF", Path(__file__).resolve().parent.parent / "conf"))
-# jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars
-JARS_DIR = Path(os.environ.get("BACKFILL_JARS", Path(__file__).resolve().parent.parent / "jvm" / "lib" / "spark"))
-# backfill's own Spark operators (jvm/ops, built by scripts/setup.sh): the ordering's running values, one-step
-# aggregations
-OPS_JAR = Path(__file__).resolve().parent.parent / "jvm" / "lib" / "ops" / "backfill-ops.jar"
+CONF_DIR = Path(os.environ.get("BACKFILL_CONF", bundled("conf")))
+# jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars; an
+# installed wheel's come from `backfill setup-jars` (or from spark.jars.packages at the session's start)
+JARS_DIR = Path(os.environ.get("BACKFILL_JARS", jvm_lib() / "spark"))
+# backfill's own Spark operators (jvm/ops, built by scripts/setup.sh, shipped in the wheel): the ordering's
+# running values, one-step aggregations
+OPS_JAR = jvm_file("ops/backfill-ops.jar")
 OPS_EXTENSION = "io.backfill.spark.OneStepAggregates"
 DEFAULT_PROFILE = "local"
 DELTA_CONF = {"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -84,14 +88,18 @@ def apply_env(profile: dict[str, Any]) -> None:
 
 
 def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any:
-    """The active SparkSession, or a new one built from the profile; `input_bytes` (an estimate, None when
-    unknown) picks the short-run JVM options for a small input in a one-shot process."""
+    """The active SparkSession, else a Spark Connect session (`remote_url`), else a new one built from the profile;
+    `input_bytes` (an estimate, None when unknown) picks the short-run JVM options for a small input in a
+    one-shot process."""
     from pyspark.sql import SparkSession
 
     conf = load_profile(profile)  # a wrong --profile is an error even when a session is already running
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    url = remote_url(profile)
+    if url is not None:
+        return connect(url, conf)
     apply_env(conf)
     builder = SparkSession.builder
     options = driver_java_options(short=short_run(input_bytes))
@@ -99,12 +107,24 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
     if conf["master"]:
         builder = builder.master(conf["master"])
+    for key, value in spark_settings(conf).items():
+        builder = builder.config(key, value)
+    with _jvm_stderr(jvm_log()):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    quiet_python_logs()
+    return spark
+
+
+def spark_settings(conf: dict[str, Any], say: Callable[[str], None] | None = None) -> dict[str, str]:
+    """The settings of a session backfill builds from a profile (the resident engine's too): Delta, the engine's
+    and the profile's settings, $BACKFILL_SPARK_CONF, and the jars (the pinned ones, backfill's operators)."""
     python = {} if os.environ.get("BACKFILL_DEBUG") else PYTHON_CONF
     profile_conf = {k: str(v) for k, v in (conf.get("config") or {}).items()}
     settings = {**DELTA_CONF, **ENGINE_CONF, **python, **profile_conf, **env_config()}
-    # a cluster profile may name Maven coordinates instead of the pinned jars; backfill's operators are loaded
-    # whenever setup built them
-    jars = project_jars() if "spark.jars.packages" not in settings else []
+    # a cluster profile may name Maven coordinates instead of the pinned jars; an installed wheel without
+    # `backfill setup-jars` has Spark resolve them; backfill's operators are loaded wherever they are built
+    jars = project_jars(settings, say or notice) if "spark.jars.packages" not in settings else []
     if OPS_JAR.is_file():
         jars.append(str(OPS_JAR))
         # one aggregation where Spark plans two over rows spread by the grouping already (jvm/ops)
@@ -112,13 +132,181 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
                                                                   OPS_EXTENSION]))
     if jars:
         settings["spark.jars"] = ",".join(filter(None, [settings.get("spark.jars"), *jars]))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    with _jvm_stderr(jvm_log()):
-        spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    return settings
+
+
+def notice(line: str) -> None:
+    """One line on stderr for the person running the command (stdout stays the command's own, --json too)."""
+    sys.stderr.write(f"note: {line}\n")
+    sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------- Spark Connect
+
+_REMOTE: dict[str, str | None] = {"url": None}
+# settings a client cannot give a Connect session: the server's JVM, its jars and its SQL extensions
+_SERVER_ONLY = ("spark.app.", "spark.ui.", "spark.driver.", "spark.executor.", "spark.jars", "spark.master",
+                "spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.python.")
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Universal", "Zulu")
+
+
+@contextmanager
+def remote(url: str | None) -> Iterator[None]:
+    """Within the block, sessions are Spark Connect sessions to `url` (the CLI's --remote; None: as before)."""
+    saved = _REMOTE["url"]
+    _REMOTE["url"] = url or saved
+    try:
+        yield
+    finally:
+        _REMOTE["url"] = saved
+
+
+def remote_url(profile: str | None = None, say: Callable[[str], None] | None = None) -> str | None:
+    """The Spark Connect address to use: --remote, else $SPARK_REMOTE, else the resident engine of `backfill
+    server` when it runs for the same profile (BACKFILL_SERVER=0: never), else None (a session of its own)."""
+    url = _REMOTE["url"] or os.environ.get("SPARK_REMOTE")
+    if url:
+        if not url.startswith("sc://"):
+            raise SpecError(f"--remote {url}: a Spark Connect address is sc://HOST:PORT (e.g. sc://127.0.0.1:15002)")
+        return url
+    if os.environ.get("BACKFILL_SERVER", "1").strip() in ("", "0"):
+        return None
+    from backfill.resources import resident_server
+
+    found = resident_server()
+    if found is None or found.get("profile") != profile_name(profile):
+        return None
+    (say or notice)(f"using the resident engine at {found['url']} (`backfill server stop` ends it; "
+                    "BACKFILL_SERVER=0 starts a session of its own)")
+    return str(found["url"])
+
+
+def connect(url: str, conf: dict[str, Any]) -> Any:
+    """A Spark Connect session to `url`, given the profile's session settings (its SQL settings; the server's
+    own JVM, jars and extensions are the server's), then checked like any session backfill did not build."""
+    from pyspark.sql import SparkSession
+
+    _reachable(url)
+    settings = {k: v for k, v in {**spark_settings(conf, say=lambda _: None), **env_config()}.items()
+                if not k.startswith(_SERVER_ONLY)}
+    spark = SparkSession.builder.remote(url).config(map=settings).getOrCreate()  # a setting refused is skipped
     quiet_python_logs()
+    check_session(spark)
     return spark
+
+
+def _reachable(url: str) -> None:
+    """A one-line error at once when nothing listens at the address (the client would retry for minutes)."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url.replace("sc://", "http://", 1))
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise SessionError(f"--remote {url}: no Spark Connect server answers at {host}:{port} ({exc.strerror or exc});"
+                           " start one (`backfill server start` runs one here) or check the address") from None
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no JVM on this side: no sparkContext, no _jvm, no RDDs)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def jvm_operator(spark: Any, name: str) -> Any | None:
+    """backfill's own JVM operator `name` (jvm/ops) where it is reachable: a classic session with backfill's jar
+    loaded; None over Spark Connect (no JVM gateway on the client) or without the jar (the jar-less plan)."""
+    if is_connect(spark):
+        return None
+    from py4j.java_gateway import JavaClass
+
+    try:
+        found = getattr(spark._jvm.io.backfill.spark, name)
+    except Exception:  # noqa: BLE001 - a session without a JVM gateway
+        return None
+    return found if isinstance(found, JavaClass) else None
+
+
+ORDERING_NOTE = ("ordering: backfill's own operator (jvm/ops RunningValues) is not reachable from this session "
+                 "({why}), so the jar-less plan orders each task with Spark's windows: the same values; a task is "
+                 "buffered whole (at 10M records about 1 s more CPU; a large input is ordered in chunks, each "
+                 "stored once)")
+
+
+def operator_note(spark: Any) -> str | None:
+    """What the jar-less plan costs, when the session cannot reach backfill's operator (None when it can)."""
+    if jvm_operator(spark, "RunningValues") is not None:
+        return None
+    why = "a Spark Connect session" if is_connect(spark) else "its jar is not loaded"
+    return ORDERING_NOTE.format(why=why)
+
+
+def check_session(spark: Any, delta: bool = True) -> list[str]:
+    """Check a session backfill did not build (the caller's, a Connect server's) without changing it: raise
+    SessionError naming what a run cannot do without (UTC, Delta when `delta`); return notes on what it does
+    differently (the jar-less plan)."""
+    zone = spark.conf.get("spark.sql.session.timeZone", None)
+    if zone not in UTC_NAMES:
+        raise SessionError(f"the session's time zone is {zone}: backfill needs spark.sql.session.timeZone=UTC "
+                           "(window starts and timestamps parsed from text depend on it); set it on the session, "
+                           "e.g. spark.conf.set('spark.sql.session.timeZone', 'UTC'): backfill never changes a "
+                           "session it was given")
+    if delta and not has_delta(spark):
+        raise SessionError("the session has no Delta Lake (the job reads or writes Delta tables): build it with "
+                           f"spark.jars.packages={SPARK_PACKAGES[0]}, spark.sql.extensions={DELTA_CONF['spark.sql.extensions']} "
+                           f"and spark.sql.catalog.spark_catalog={DELTA_CONF['spark.sql.catalog.spark_catalog']} "
+                           "(`backfill jars` lists every jar)")
+    note = operator_note(spark)
+    return [note] if note else []
+
+
+def has_delta(spark: Any) -> bool:
+    """Whether the session reads and writes Delta: its extension is configured, or (a platform with Delta built
+    in) the `delta` data source resolves."""
+    if "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", None) or ""):
+        return True
+    try:
+        spark.read.format("delta").load(os.path.join(tempfile.gettempdir(), "backfill-no-such-table")).schema
+    except Exception as exc:  # noqa: BLE001 - only the kind of failure is read
+        text = str(exc)
+        return "DATA_SOURCE_NOT_FOUND" not in text and "Failed to find the data source" not in text
+    return True
+
+
+def json_schema(texts: DataFrame) -> Any:
+    """The schema Spark's JSON reader infers from a one-column frame of JSON texts, over Spark Connect (which has
+    no Dataset[String] to hand the reader): the texts are written once as a text table and read back by the same
+    reader. The folder must be one the server sees: $BACKFILL_SCRATCH, else this machine's temporary folder (a
+    local server). Line breaks between a value's tokens become spaces (a text table holds one value a line)."""
+    import shutil
+
+    from pyspark.sql import functions as F
+
+    scratch = os.environ.get("BACKFILL_SCRATCH") or tempfile.gettempdir()
+    folder = os.path.join(scratch, f"backfill-json-{os.getpid()}-{id(texts):x}")
+    try:
+        texts.select(F.regexp_replace(texts.columns[0], "[\r\n]", " ")).write.mode("overwrite").text(folder)
+        return texts.sparkSession.read.json(folder).schema
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def default_parallelism(spark: Any) -> int:
+    """Spark's default parallelism (the cores of a local session); over Spark Connect the setting or the
+    shuffle partitions (the client cannot ask the scheduler)."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    return int(spark.conf.get("spark.default.parallelism", None) or spark.conf.get("spark.sql.shuffle.partitions"))
+
+
+def end_connect_session() -> None:
+    """Release this process's Spark Connect session on its server (its stored blocks go with it), if any."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and is_connect(active):
+        active.stop()
 
 
 def short_run(input_bytes: int | None) -> bool:
@@ -231,15 +419,65 @@ def _jvm_stderr(log: Path | None) -> Iterator[None]:
         os.close(target)
 
 
-def project_jars() -> list[str]:
-    """The jars of jvm/lib/spark that pyspark does not ship itself (same artifact name: pyspark's wins)."""
+def project_jars(settings: dict[str, str] | None = None, say: Callable[[str], None] = notice) -> list[str]:
+    """The jars of jvm/lib/spark that pyspark does not ship itself (same artifact name: pyspark's wins).
+
+    An installed wheel without them (no `backfill setup-jars` yet) has Spark resolve the pinned Maven
+    coordinates at the session's start instead: `settings` gets spark.jars.packages, cached in ivy_dir().
+    """
     import pyspark
 
     if not JARS_DIR.is_dir() or not any(JARS_DIR.glob("*.jar")):
-        raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
-                        "scripts/setup.sh once (it resolves them with Maven)")
+        from backfill.resources import checkout
+
+        if checkout() is not None or settings is None:
+            raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
+                            "scripts/setup.sh once (it resolves them with Maven)")
+        settings["spark.jars.packages"] = ",".join(SPARK_PACKAGES)
+        settings.setdefault("spark.jars.ivy", str(ivy_dir()))
+        say(f"the pinned jars are not in {JARS_DIR}: Spark resolves {', '.join(SPARK_PACKAGES)} from Maven at "
+            f"the session's start (cached in {ivy_dir()}); `backfill setup-jars` does it once, ahead")
+        return []
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped]
+
+
+def job_jars(packages: bool = False) -> list[str]:
+    """What a session of one's own needs for backfill (`backfill jars`): the pinned jars as files (or, with
+    `packages` or without them, their Maven coordinates for spark.jars.packages) and backfill's operators' jar."""
+    files = [] if packages else project_jars({}, say=lambda _: None)
+    pinned = files or list(SPARK_PACKAGES)
+    return pinned + ([str(OPS_JAR)] if OPS_JAR.is_file() and not packages else [])
+
+
+def setup_jars(say: Callable[[str], None] = notice) -> list[str]:
+    """Resolve the pinned Maven coordinates with Spark's own resolver (Ivy, cached in ivy_dir()) and copy the jars
+    into JARS_DIR, where every later session finds them (`backfill setup-jars`); returns their paths."""
+    import shutil
+    import subprocess
+
+    from pyspark.find_spark_home import _find_spark_home
+
+    from backfill.errors import SourceError
+
+    say(f"resolving {', '.join(SPARK_PACKAGES)} with Spark's resolver (Ivy, cache {ivy_dir()})")
+    with tempfile.TemporaryDirectory(prefix="backfill-jars-") as tmp:
+        script = Path(tmp) / "nothing.py"
+        script.write_text("")  # spark-submit resolves --packages before it starts the application
+        done = subprocess.run([str(Path(_find_spark_home()) / "bin" / "spark-submit"), "--packages",
+                               ",".join(SPARK_PACKAGES), "--conf", f"spark.jars.ivy={ivy_dir()}", str(script)],
+                              capture_output=True, text=True, timeout=1800,
+                              env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    resolved = ivy_dir() / "jars"
+    if done.returncode != 0 or not any(resolved.glob("*.jar")):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise SourceError(f"Spark could not resolve {', '.join(SPARK_PACKAGES)} ({last}); check the network, or "
+                          "name a mirror with BACKFILL_SPARK_CONF=spark.jars.repositories=URL")
+    JARS_DIR.mkdir(parents=True, exist_ok=True)
+    for jar in sorted(resolved.glob("*.jar")):  # Ivy names them organization_artifact-version.jar
+        org, sep, rest = jar.name.partition("_")
+        shutil.copy2(jar, JARS_DIR / (rest if sep and "." in org else jar.name))
+    return [str(j) for j in sorted(JARS_DIR.glob("*.jar"))]
 
 
 def _artifact(jar: str) -> str:
@@ -257,7 +495,10 @@ def quiet_python_logs() -> None:
 
 
 def release(checkpointed: DataFrame) -> None:
-    """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise)."""
+    """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise). Over Spark
+    Connect the server frees them when the client drops the DataFrame, or with the session."""
+    if is_connect(checkpointed.sparkSession):
+        return
     plan = checkpointed._jdf.queryExecution().analyzed()
     if plan.getClass().getSimpleName() == "LogicalRDD":
         plan.rdd().unpersist(False)
@@ -294,6 +535,37 @@ def observed(seen: Observation, frame: DataFrame, columns: list[Column]) -> dict
     """An Observation's values, or, when Spark observed nothing (it skips the pass over an empty plan), the
     same aggregations over `frame` in one job."""
     try:
-        return seen.get
+        found = seen.get
     except Exception:  # noqa: BLE001 - py4j's error: the observation's row was never filled
-        return frame.agg(*columns).first().asDict()  # type: ignore[union-attr]
+        found = None
+    if found:  # a Spark Connect observation not filled is empty
+        return found
+    return frame.agg(*columns).first().asDict()  # type: ignore[union-attr]
+
+
+def observation_done(seen: Observation) -> bool:
+    """Whether an action has filled the Observation's values: a classic one's JVM future has completed, a Spark
+    Connect one's values came back with an action's result."""
+    if hasattr(seen, "_result"):  # Spark Connect's
+        return bool(seen._result)
+    jo = getattr(seen, "_jo", None)
+    return jo is not None and bool(jo.future().isCompleted())
+
+
+def catalog_table(name: str) -> tuple[str, bool]:
+    """A catalog table's location (a local path when it is one) and whether it exists, through the session's catalog
+    (`spark.sql.catalogImplementation`: `hive` for a metastore, else Spark's in-memory catalog). A table that does
+    not exist yet is placed where the catalog would create it (its warehouse)."""
+    spark = get_spark()
+    jvm = spark._jvm
+    parts = name.split(".")
+    catalog = jvm.scala.Some(parts[0]) if len(parts) == 3 else jvm.scala.Option.empty()
+    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(parts[-1], jvm.scala.Some(parts[-2]), catalog)
+    sessions = spark._jsparkSession.sessionState().catalog()
+    if not sessions.databaseExists(parts[-2]):
+        raise SpecError(f"table {name}: the catalog has no database {parts[-2]} (CREATE DATABASE {parts[-2]}, or "
+                        "check spark.sql.catalogImplementation and the metastore settings)")
+    exists = bool(sessions.tableExists(ident))
+    location = str(sessions.getTableMetadata(ident).location().toString() if exists else
+                   sessions.defaultTablePath(ident).toString())
+    return (location[len("file:"):] if location.startswith("file:") else location), exists

@@ -191,7 +191,7 @@ def run_exact(spark: Any, job: Path, records: int) -> dict[str, Any]:
     """The exact join through the public run path (plan, evaluate, publish)."""
     from backfill.plan.builder import build_plan
     from backfill.plan.evaluator import run_plan
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     stages: dict[str, float] = {}
     last = [time.perf_counter(), "start"]
@@ -241,7 +241,7 @@ def pair_facts(spark: Any, job: Path) -> dict[str, int]:
     from backfill.ops.windows import JoinWindows
     from backfill.plan import evaluator as ev
     from backfill.plan.builder import build_plan
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     plan = build_plan(load_job(job))
     op = plan.operators[0]
@@ -266,7 +266,7 @@ def check_reference(spark: Any, data: Path, work: Path, how: str, k: int, partit
     from backfill.plan.builder import build_plan
     from backfill.plan.evaluator import run_plan
     from backfill.reference.engine import run_reference
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     small = prefix(data, work / "data" / f"join-prefix-{k}", k)
     out = work / "out" / "join-prefix"

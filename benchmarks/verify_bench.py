@@ -39,7 +39,7 @@ def main() -> None:
     from backfill.plan.builder import build_plan
     from backfill.plan.evaluator import run_plan
     from backfill.session import get_spark
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.verify.report import write_report
     from backfill.verify.runner import Target, verify_plan
 

@@ -122,6 +122,26 @@ def kafka_broker():
     broker.stop()
 
 
+@pytest.fixture(scope="session")
+def secure_kafka_broker():
+    """A broker with SASL (PLAIN, SCRAM) and TLS listeners beside the plaintext one, for the security tests only."""
+    from backfill.io.broker import start_broker
+
+    broker = start_broker(secure=True)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry():
+    """A real schema registry (Apicurio Registry, its Confluent-compatible API, in-memory), once per test worker."""
+    from backfill.io.registry_server import start_registry
+
+    registry = start_registry()
+    yield registry
+    registry.stop()
+
+
 def delta_tables(work: Path, names: tuple[str, ...]) -> dict[str, list[dict]]:
     """Delta tables under `work`/data by name, their rows sorted, without `run_id`: a sum of doubles depends on
     how Spark split the rows, so floats are compared to 9 digits."""

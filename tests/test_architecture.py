@@ -14,13 +14,13 @@ ROOT = Path(__file__).resolve().parents[1] / "backfill"
 
 # the parts, lowest first; a module may import its own part and any lower one
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "sqldialect", "jobspec", "ranges", "columns", "ledger", "session"),
+    ("errors", "sqldialect", "jobspec", "ranges", "columns", "ledger", "resources", "session"),
     ("io", "time", "order"),
     ("ops",),
     ("checks",),
     ("plan",),
     ("verify", "conformance", "scheduling"),
-    ("summary", "execute", "demo", "cli", "__init__"),
+    ("summary", "execute", "api", "doctor", "server", "demo", "cli", "__main__", "__init__"),
 ]
 # the reference engine checks the Spark engine, so it shares nothing of it (its own windows, order, bounds)
 REFERENCE_MAY_IMPORT = {"errors", "sqldialect", "jobspec", "reference"}
@@ -38,9 +38,10 @@ def _graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "backfill":
-                # `from backfill.x import y`: the submodule x.y where y is one, else x itself
+                # `from backfill.x import y`: the submodule x.y where y is one, and x itself: Python runs the
+                # package's __init__ first (a package that imports its modules closes a circle through it)
                 submodules = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
-                targets = submodules or [node.module]
+                targets = [*submodules, node.module]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names if a.name.split(".")[0] == "backfill"]
             graph[name].update(t for t in targets if t in modules and t not in (name, "backfill"))

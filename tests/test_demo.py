@@ -143,7 +143,7 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
     assert closed == set(final)  # every closed window is written, none of the open ones
     # the rules example: the live alerts re-derived (as the reference engine replays them), and a back-test
     assert "Rules:" in text and "Back-test: rule 1 at a limit of 800" in text and "backfill diff" in text
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.reference.engine import run_reference
 
     ref = run_reference(load_job(work / "jobs" / "fraud_rules.yaml")).outputs["alerts"]

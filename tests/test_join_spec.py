@@ -6,7 +6,7 @@ import pytest
 from backfill.errors import SpecError
 from backfill.ops.expressions import joiner_sql
 from backfill.plan.builder import build_plan
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from tests.golden.harness import join_job, run_job
 
 

@@ -186,7 +186,7 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
     each task in chunks of 8 offsets (as a large input is), whose panes are grouped per chunk first."""
     from unittest import mock
 
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.order import tasks
     from backfill.plan.builder import build_plan
     from backfill.plan.fused import fusable

@@ -176,7 +176,7 @@ def test_plan_due_waits_for_every_partition_and_says_which(tmp_path, spark, monk
     assert planned["due"] == [[T0, T0 + H], [T0 + H, T0 + 2 * H]] and planned["deferred"] == 1
     assert not (tmp_path / "gold").exists()  # plan runs nothing
     # many intervals are fingerprinted a chunk per scan: the same fingerprints whatever the chunk
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.scheduling import due, survey
 
     def fingerprints() -> dict:

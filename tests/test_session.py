@@ -70,7 +70,7 @@ print("|".join(spark.sparkContext._jvm.java.lang.management.ManagementFactory.ge
 
 
 def test_a_short_run_is_a_one_shot_process_with_a_small_known_input(tmp_path, monkeypatch):
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.jobspec.load import local_bytes
 
     monkeypatch.setitem(session._ONE_SHOT, "process", False)

@@ -1,11 +1,11 @@
 """Part: checks. great-expectations suites generated from the job: one per output kind, run before publish and in
 verify.
 
-Window outputs (kafka-streams.md 3.1): keys not null, window_end - window_start == size, starts
+Window outputs (docs/semantics.md §4.1): keys not null, window_end - window_start == size, starts
 aligned to the advance, ts inside [window_start, window_end), and (key, window_start) unique for
 final results ((task, emit_seq) for updates; (partition, offset) for a stream archive), uniqueness as
 its own suite: a row-count expectation of 0 on the groups that occur twice. The ledger
-suite checks conservation per operator (DESIGN.md decision 4). GX must never call out
+suite checks conservation per operator (docs/semantics.md §7). GX must never call out
 (GX_ANALYTICS_ENABLED=false, conf/*.yaml) and shows no progress bars.
 """
 from __future__ import annotations

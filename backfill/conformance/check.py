@@ -142,7 +142,7 @@ def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]
 
 def reference_summary(job: Path) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:
     """The reference engine's summary (outputs, ledger) and processing order per task."""
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.reference.engine import run_reference
 
     result = run_reference(load_job(job))

@@ -1,4 +1,4 @@
-"""Part: conformance. Flink as the judge of the rules operator in arrival order (flink.md 6.4-6.8, 7.3).
+"""Part: conformance. Flink as the judge of the rules operator in arrival order (docs/semantics.md §12.3-§12.7).
 
 Random scenarios (rule messages and transactions in one arrival order, out of event-time order, with rule
 updates, pauses, deletes, clears, resets and rules sharing a key) go to a Flink job at parallelism 1 on a

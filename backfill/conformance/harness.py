@@ -66,8 +66,8 @@ def encode(scenarios: list[Scenario]) -> str:
         # emit: final is suppress(untilWindowCloses) or emitStrategy(onWindowClose()), as the job says; for time
         # windows the latter with a window store that keeps every window (a day): with the default retention a
         # jump in stream time hides closed windows from the emitting fetch, which then never emits them, and
-        # backfill does not model that for time windows (docs/semantics.md 4.5); it does for sliding windows
-        # (10.5), judged with the default retention
+        # backfill does not model that for time windows (docs/semantics.md §4.5); it does for sliding windows
+        # (§10.5), judged with the default retention
         emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c["emit"])
         keep = f"\t{DAY_MS}" if emit == "close" and sc.kind == "aggregate" else ""
         if sc.kind == "aggregate":

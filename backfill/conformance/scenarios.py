@@ -59,7 +59,7 @@ class Scenario:
         return {"id": self.id, "kind": self.kind, "config": self.config, "records": self.records}
 
 
-# emit: updates, and emit: final by each of Kafka Streams' two mechanisms (docs/semantics.md 4.5)
+# emit: updates, and emit: final by each of Kafka Streams' two mechanisms (docs/semantics.md §4.5)
 EMITS = ({"emit": "updates"}, {"emit": "final", "close": "suppress"}, {"emit": "final", "close": "on_window_close"})
 
 

@@ -194,7 +194,7 @@ def _read_delta(path: Path) -> pa.Table:
 
 def _windows(job: Path) -> dict[str, WindowSpec]:
     """The window of each aggregate operator of the job, to say when its windows closed."""
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     spec = load_job(job).spec
     return {op.name: op.aggregate.window for op in spec.operators if op.aggregate is not None}

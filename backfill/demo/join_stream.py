@@ -4,11 +4,11 @@ left join, with the differences a live application shows, each of which `backfil
 Derived from the job's own input, deterministically: the join replayed by the reference engine, then
 
 - throttle: an unmatched row comes out when the outer join's wall-clock throttle allows (1 s by default,
-  kafka-streams.md 10.4), so a few are written after the next row of their key (-> emit_throttle);
+  docs/semantics.md §5.6), so a few are written after the next row of their key (-> emit_throttle);
 - lag: the right-hand partition lagged (the application was at the live edge), so for a few left records the
   window closed in join stream time before their partner arrived: the record came out unmatched, then joined
-  anyway (the join has no grace check, 10.2) (-> partner_after_close);
-- duplicates: a producer retry wrote a few rows twice (at-least-once, 14.2.6; -> duplicate_delivery);
+  anyway (the join has no grace check, docs/semantics.md §5.2) (-> partner_after_close);
+- duplicates: a producer retry wrote a few rows twice (at-least-once, docs/semantics.md §9; -> duplicate_delivery);
 - boundary: the application ran on after the archive ends, so the records still waiting then came out
   unmatched (-> range_boundary).
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill.errors import SpecError
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE
 from backfill.reference.engine import run_reference
 from backfill.reference.expr import compile_scalar
@@ -85,7 +85,7 @@ def simulate_join(job_path: Path, operator: str, throttled: int = 3, lagged: int
 
 
 def _unmatched(row: dict[str, Any]) -> bool:
-    """A row the outer store emitted (kafka-streams.md 10.4): the first phase of its record's emissions."""
+    """A row the outer store emitted (docs/semantics.md §5.3): the first phase of its record's emissions."""
     return row["_seq"] % STRIDE < PHASE_BASE[JOINED]
 
 

@@ -1,10 +1,10 @@
 """Part: commands. A bundled "streaming output" for the demo: what a live Kafka Streams app wrote for one operator.
 
 Derived from the demo's own input, deterministically, by replaying the operator record by record
-with the reference engine's window aggregate (kafka-streams.md 4) and three realistic defects:
+with the reference engine's window aggregate (docs/semantics.md §4) and three realistic defects:
 
 - restarts: the task restarted right before a few records that a clean replay drops as late; a
-  restarted task's processor-local stream time starts over (kafka-streams.md 14.2.6), so the live
+  restarted task's processor-local stream time starts over (docs/semantics.md §9), so the live
   app accepted them (-> late_drop_differs);
 - duplicates: a few results were written twice (a producer retry, at-least-once; -> duplicate_delivery);
 - boundary: the stream kept running after the input archive ends, so it also emitted the windows
@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from backfill.errors import SpecError
-from backfill.jobspec import load_job
+from backfill.jobspec.load import load_job
 from backfill.reference.engine import ReferenceResult, WindowAggregate
 from backfill.reference.records import read_records
 
@@ -83,7 +83,7 @@ def _replay(op: Any, by_partition: dict[int, list[dict[str, Any]]], restart_at: 
         agg = WindowAggregate(op, partition, result)
         for seq, rec in enumerate(by_partition[partition], start=1):
             if rec["offset"] in restart_at.get(partition, ()):
-                agg.stream_time = -1  # restored state, fresh processor-local stream time (14.2.6)
+                agg.stream_time = -1  # restored state, fresh processor-local stream time (docs/semantics.md §9)
             agg.process(rec, seq)
         agg.finish()
     return result

@@ -19,7 +19,7 @@ from backfill.errors import SourceError
 from backfill.io.delta import append_delta, history, is_delta_table, read_delta
 from backfill.io.kafka import (READ_COMMITTED, TIMEOUT_S, OffsetRange, client_config, compacted, partitions,
                                read_kafka)
-from backfill.jobspec.models import KafkaSpec, SourceSpec
+from backfill.jobspec.models import KafkaSpec, SecuritySpec, SourceSpec
 
 COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "timestamp_type", "headers")
 COVERED = "backfill.archive.offsets"  # commit metadata: {partition: [start, end)} the commit read
@@ -53,11 +53,12 @@ def covered_offsets(path: str) -> dict[tuple[str, int], list[tuple[int, int]]] |
 
 
 def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
-                  progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+                  progress: Callable[[str], None] = lambda _: None, security: SecuritySpec | None = None
+                  ) -> dict[str, Any]:
     """Append the topic's new records to the archive at `path`; returns what was archived per partition."""
-    spec = KafkaSpec(bootstrap=bootstrap, topic=topic)
+    spec = KafkaSpec(bootstrap=bootstrap, topic=topic, security=security)
     where = "--topic"
-    parts = partitions(bootstrap, topic, where)
+    parts = partitions(bootstrap, topic, where, security)
     done = _archived(spark, path, topic)
     ranges, gaps = _ranges(spec, parts, done)
     for r in ranges:
@@ -75,7 +76,7 @@ def archive_topic(spark: SparkSession, bootstrap: str, topic: str, path: str,
         # an aborted record, never a record lost (`covered_offsets`, for verify's `missing_input`). Not recorded
         # for a compacted topic (compaction removes records the application may have seen) or when unknown.
         metadata = {"backfill.archive": topic}
-        if compacted(bootstrap, topic) is False:
+        if compacted(bootstrap, topic, security) is False:
             covered = {str(r.partition): [r.start, r.end] for r in ranges if r.records}
             metadata[COVERED] = json.dumps(covered, sort_keys=True)
         version = append_delta(spark, records, path, metadata=metadata)
@@ -104,7 +105,7 @@ def _ranges(spec: KafkaSpec, parts: list[int], done: dict[int, int]
     """Per partition, the offsets after the archived ones up to the end; and the gaps retention made."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({**client_config(spec.bootstrap), **READ_COMMITTED})
+    consumer = Consumer({**client_config(spec.bootstrap, spec.security), **READ_COMMITTED})
     try:
         marks = {p: consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=TIMEOUT_S) for p in parts}
     finally:
@@ -136,7 +137,7 @@ def committed_ranges(spark: SparkSession, spec: SourceSpec, location: str) -> Da
     schema = "partition int, c_from long, c_to long"
     if spec.format == "kafka":
         assert spec.kafka is not None
-        if compacted(spec.kafka.bootstrap, spec.kafka.topic) is not False:  # compaction gaps: records maybe seen
+        if compacted(spec.kafka.bootstrap, spec.kafka.topic, spec.kafka.security) is not False:  # compaction gaps: records maybe seen
             return None
         return spark.createDataFrame([(None, -(2**62), 2**62)], schema)
     if spec.format != "delta":

@@ -7,6 +7,7 @@ Data with old timestamps must survive, so retention by time and by size is off.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,11 @@ class Broker:
     folder: Path
     log: Path
     stopped: bool = field(default=False)
+    # with `secure`: the address of each listener by protocol (SASL_PLAINTEXT, SSL, SASL_SSL), the CA file (PEM)
+    # the broker's certificate is checked against, and the user and password of each SASL mechanism
+    listeners: dict[str, str] = field(default_factory=dict)
+    ca_file: Path | None = None
+    users: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def stop(self) -> None:
         """Stop the broker (SIGTERM, then SIGKILL after 20 s) and remove its data."""
@@ -58,26 +64,60 @@ class Broker:
         self.stop()
 
 
-def start_broker(partitions: int = 1, timeout_s: float = 60.0) -> Broker:
-    """Start a one-node KRaft broker on free loopback ports; returns once it accepts clients."""
+SECURE = ("SASL_PLAINTEXT", "SSL", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _secure_settings(folder: Path, ports: dict[str, int], java: str) -> tuple[list[str], Path, dict[str, tuple[str, str]]]:
+    """Broker settings for SASL (PLAIN and SCRAM users) and TLS listeners, a keytool-made key and certificate
+    (self-signed for 127.0.0.1, valid 2 days), and the users: one per mechanism, random passwords."""
+    keytool = str(Path(java).with_name("keytool")) if os.path.isabs(java) else shutil.which("keytool") or "keytool"
+    store, ca, store_pass = folder / "broker.p12", folder / "ca.pem", secrets.token_hex(12)
+    subprocess.run([keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity",
+                    "2", "-dname", "CN=127.0.0.1", "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-keystore", str(store),
+                    "-storetype", "PKCS12", "-storepass", store_pass, "-keypass", store_pass],
+                   check=True, capture_output=True, timeout=120)
+    subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "broker", "-keystore", str(store), "-storepass",
+                    store_pass, "-file", str(ca)], check=True, capture_output=True, timeout=120)
+    users = {m: (f"user-{m.lower()}", secrets.token_hex(10)) for m in MECHANISMS}
+    plain = " ".join(f'user_{u}="{p}"' for u, p in [users["PLAIN"]])
+    lines = ["sasl.enabled.mechanisms=" + ",".join(MECHANISMS), f"ssl.keystore.location={store}",
+             "ssl.keystore.type=PKCS12", f"ssl.keystore.password={store_pass}", f"ssl.key.password={store_pass}"]
+    for listener in ("sasl_plaintext", "sasl_ssl"):
+        lines.append(f"listener.name.{listener}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
+                     f"PlainLoginModule required {plain};")
+        for m in MECHANISMS[1:]:
+            lines.append(f"listener.name.{listener}.{m.lower()}.sasl.jaas.config=org.apache.kafka.common.security."
+                         "scram.ScramLoginModule required;")
+    return lines, ca, users
+
+
+def start_broker(partitions: int = 1, timeout_s: float = 60.0, secure: bool = False) -> Broker:
+    """Start a one-node KRaft broker on free loopback ports; returns once it accepts clients. `secure` adds
+    SASL_PLAINTEXT, SSL and SASL_SSL listeners (PLAIN and SCRAM users; SCRAM credentials created through the
+    admin API once it runs) beside the plaintext one."""
     jars = sorted(JARS.glob("*.jar"))
     if not jars:
         raise SourceError(f"{JARS}: the Kafka broker jars are missing; run scripts/setup.sh once")
     folder = Path(tempfile.mkdtemp(prefix="backfill-kafka-"))
     port, controller = free_port(), free_port()
+    java = shutil.which("java") or "java"
+    ports = {p: free_port() for p in SECURE} if secure else {}
+    extra, ca, users = _secure_settings(folder, ports, java) if secure else ([], None, {})
+    names = ",".join([f"PLAINTEXT://127.0.0.1:{port}", *[f"{p}://127.0.0.1:{n}" for p, n in ports.items()]])
     props = folder / "server.properties"
     props.write_text("\n".join([
         "process.roles=broker,controller", "node.id=1", f"controller.quorum.voters=1@127.0.0.1:{controller}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}", "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"listeners={names},CONTROLLER://127.0.0.1:{controller}",
+        f"advertised.listeners={names}", "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        + "".join(f",{p}:{p}" for p in ports), *extra,
         "inter.broker.listener.name=PLAINTEXT", f"log.dirs={folder / 'log'}", f"num.partitions={partitions}",
         "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
         "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0",
         # archived data is often old: never delete it by age or size while a test or the demo runs
         "log.retention.ms=-1", "log.retention.bytes=-1", "auto.create.topics.enable=false", ""]))
     classpath = os.pathsep.join(str(j) for j in jars)
-    java = shutil.which("java") or "java"
     log = folder / "broker.log"
     heap = ["-Xms256m", "-Xmx1g"]
     fmt = subprocess.run([java, *heap, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t",
@@ -92,7 +132,8 @@ def start_broker(partitions: int = 1, timeout_s: float = 60.0) -> Broker:
     with open(log, "wb") as out:
         process = subprocess.Popen([java, *heap, "-cp", classpath, "kafka.Kafka", str(props)], stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-    broker = Broker(f"127.0.0.1:{port}", process, folder, log)
+    broker = Broker(f"127.0.0.1:{port}", process, folder, log,
+                    listeners={p: f"127.0.0.1:{n}" for p, n in ports.items()}, ca_file=ca, users=users)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -100,10 +141,24 @@ def start_broker(partitions: int = 1, timeout_s: float = 60.0) -> Broker:
             broker.stop()
             raise SourceError(f"the local Kafka broker exited at start: {text}")
         if _ready(broker.bootstrap):
+            if users:
+                _add_scram_users(broker.bootstrap, users)
             return broker
         time.sleep(0.3)
     broker.stop()
     raise SourceError(f"the local Kafka broker did not start within {timeout_s:.0f} s")
+
+
+def _add_scram_users(bootstrap: str, users: dict[str, tuple[str, str]]) -> None:
+    """The SCRAM users' credentials, created through the admin API (over the plaintext listener)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    upserts = [UserScramCredentialUpsertion(users[m][0], ScramCredentialInfo(getattr(ScramMechanism, m.replace("-", "_")),
+                                                                             4096), users[m][1].encode())
+               for m in MECHANISMS[1:]]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(30)
 
 
 def _ready(bootstrap: str) -> bool:

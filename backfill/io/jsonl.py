@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from backfill.jobspec.models import SourceSpec
+from backfill.jobspec.models import REGISTRY_FORMATS, SourceSpec
 
 # the JSON type each record field must have (key and value depend on their declared format)
 INTEGER_FIELDS = ("partition", "offset", "timestamp", "seq")
@@ -27,6 +27,9 @@ def read_jsonl(spark: SparkSession, location: str, spec: SourceSpec) -> DataFram
     df = lines.withColumn("_v", F.expr("try_parse_json(_line)"))
     fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
                                                    "headers")}
+    for c in ("key", "value"):  # binary keys and values (the registry formats) are base64 text: key_b64, value_b64
+        if getattr(spec, c).format in REGISTRY_FORMATS:
+            fields[c] = spec.columns.get(c, f"{c}_b64")
     if spec.order_by:
         fields["seq"] = spec.columns.get("seq", spec.order_by)
     types = {c: json_type(_field(name)) for c, name in fields.items()}
@@ -59,6 +62,12 @@ def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
     """Why this field makes the record unreadable (null when it is fine; missing and null are fine)."""
     t = F.col(type_col)
     present = ~t.isin("missing", "null")
+    if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
+        fmt = getattr(spec, column).format
+        base64 = F.try_to_binary(F.try_variant_get(_field(name), "$", "string"), F.lit("base64"))
+        return F.when(present & (t != "string"), F.concat(
+            F.lit(f"unreadable {column}: {name} is a JSON "), t, F.lit(f"; {column}.format: {fmt} reads base64 text")
+        )).when(present & base64.isNull(), F.lit(f"unreadable {column}: {name} is not base64"))
     if column == "key":
         want = KEY_TYPES[spec.key.format]
         if want == "any":
@@ -92,6 +101,8 @@ def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
 def _value_of(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
     """The field as the record column's type, null when missing, null or of the wrong type."""
     v, t = _field(name), F.col(type_col)
+    if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
+        return F.try_to_binary(F.when(t == "string", F.variant_get(v, "$", "string")), F.lit("base64"))
     if column == "key":
         if spec.key.format == "json":  # a string holds the key's JSON text; any other token is that text
             return F.when(t == "string", F.variant_get(v, "$", "string")).when(~t.isin("missing", "null"), F.to_json(v))

@@ -15,7 +15,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from backfill.errors import SourceError
-from backfill.jobspec.models import KafkaSpec, SourceSpec
+from backfill.io.security import librdkafka, spark_options
+from backfill.jobspec.models import KafkaSpec, SecuritySpec, SourceSpec
 
 TIMEOUT_S = 15.0
 
@@ -41,20 +42,31 @@ class OffsetRange:
 READ_COMMITTED = {"isolation.level": "read_committed"}
 
 
-def client_config(bootstrap: str) -> dict[str, Any]:
-    """librdkafka settings for short-lived admin and consumer clients (quiet: errors are ours to report)."""
+def client_config(bootstrap: str, security: SecuritySpec | None = None, where: str = "kafka") -> dict[str, Any]:
+    """librdkafka settings for short-lived admin and consumer clients (quiet: errors are ours to report), with the
+    source's `kafka.security` (io/security.py)."""
     return {"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": int(TIMEOUT_S * 1000),
-            "group.id": "backfill-planner", "enable.auto.commit": False}
+            "group.id": "backfill-planner", "enable.auto.commit": False,
+            **librdkafka(security, f"{where}.security")}
 
 
-def partitions(bootstrap: str, topic: str, where: str) -> list[int]:
-    """The topic's partition numbers; one-line errors for an unreachable broker or an unknown topic."""
+def partitions(bootstrap: str, topic: str, where: str, security: SecuritySpec | None = None) -> list[int]:
+    """The topic's partition numbers; one-line errors for an unreachable broker, refused credentials or an
+    unknown topic."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    failures: list[str] = []
+    config = {**client_config(bootstrap, security, where), "error_cb": lambda e: failures.append(e.str())}
+    admin = AdminClient(config)
     try:
-        meta = AdminClient(client_config(bootstrap)).list_topics(timeout=TIMEOUT_S)
+        meta = admin.list_topics(timeout=TIMEOUT_S)
     except KafkaException as exc:
+        admin.poll(1)  # serves the error callbacks: why the connection failed
+        refused = next((f for f in failures if "authentication" in f.lower() or "ssl handshake" in f.lower()), None)
+        if refused is not None:
+            raise SourceError(f"{where}.security: the broker at {bootstrap} refused the connection: "
+                              f"{refused.split(': ', 1)[-1][:200]}; check the credentials and the CA file") from None
         raise SourceError(f"{where}.bootstrap: no Kafka broker answered at {bootstrap} within {TIMEOUT_S:.0f} s "
                           f"({exc.args[0].str() if exc.args else exc}); check the address and that it runs") from None
     if topic not in meta.topics or meta.topics[topic].error is not None:
@@ -68,8 +80,8 @@ def resolve(spec: KafkaSpec, where: str, read_from: int | None, read_until: int 
     """The offsets to read per partition (see the module docstring for the rules)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    parts = partitions(spec.bootstrap, spec.topic, where)
-    consumer = Consumer({**client_config(spec.bootstrap), **READ_COMMITTED})
+    parts = partitions(spec.bootstrap, spec.topic, where, spec.security)
+    consumer = Consumer({**client_config(spec.bootstrap, spec.security, where), **READ_COMMITTED})
     try:
         marks = {p: consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=TIMEOUT_S) for p in parts}
         starts = _bound(consumer, spec.topic, parts, read_from, marks, low=True) if by_time and read_from is not None \
@@ -146,7 +158,8 @@ def read_kafka(spark: SparkSession, spec: KafkaSpec, ranges: list[OffsetRange], 
           .option("endingOffsets", json.dumps(ending)).option("includeHeaders", str(headers).lower())
           .option("failOnDataLoss", "true")
           # what a consumer of the topic sees: never the records of aborted (or still open) transactions
-          .option("kafka.isolation.level", "read_committed").load())
+          .option("kafka.isolation.level", "read_committed")
+          .options(**spark_options(spec.security)).load())
     return df.withColumnRenamed("timestampType", "timestamp_type")
 
 
@@ -159,13 +172,13 @@ def read_topic(spark: SparkSession, source: SourceSpec, name: str, read_from: in
     return read_kafka(spark, source.kafka, ranges, headers), ranges
 
 
-def compacted(bootstrap: str, topic: str) -> bool | None:
+def compacted(bootstrap: str, topic: str, security: SecuritySpec | None = None) -> bool | None:
     """Whether the topic's cleanup.policy compacts (compaction removes records from inside the log, so an offset
     without a record may be one the application saw); None when the broker does not say."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient(client_config(bootstrap, security))
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         configs = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
@@ -175,20 +188,20 @@ def compacted(bootstrap: str, topic: str) -> bool | None:
     return None if policy is None or policy.value is None else "compact" in policy.value
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, security: SecuritySpec | None = None) -> None:
     """Create a topic (one replica, no retention by time or size: archived data is often old)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(client_config(bootstrap))  # keep the client alive until the future resolves
+    admin = AdminClient(client_config(bootstrap, security))  # keep the client alive until the future resolves
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})])
     futures[topic].result(TIMEOUT_S)
 
 
-def produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> int:
+def produce(bootstrap: str, topic: str, records: list[dict[str, Any]], security: SecuritySpec | None = None) -> int:
     """Write records ({partition, key, value, timestamp, headers}: bytes or text) in order; returns the count."""
     from confluent_kafka import Producer
 
-    config = {k: v for k, v in client_config(bootstrap).items() if k not in ("group.id", "enable.auto.commit")}
+    config = {k: v for k, v in client_config(bootstrap, security).items() if k not in ("group.id", "enable.auto.commit")}
     producer = Producer({**config, "linger.ms": 20, "enable.idempotence": True})
     failed: list[str] = []
 

@@ -28,6 +28,11 @@ def load_value_schema(path: str) -> T.StructType:
     return _object_type(doc, path)
 
 
+def object_type(doc: dict[str, Any], where: str) -> T.StructType:
+    """A JSON Schema object (its `properties`) as a Spark struct."""
+    return _object_type(doc, where)
+
+
 def _object_type(doc: dict[str, Any], where: str) -> T.StructType:
     if doc.get("type") != "object" or not isinstance(doc.get("properties"), dict):
         raise SpecError(f"{where}: expected a JSON Schema object with `properties` (or a Spark struct schema)")

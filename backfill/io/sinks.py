@@ -98,6 +98,8 @@ def stage_output(spark: SparkSession, df: DataFrame, fmt: str, path: str, *, nam
 def commit_staged(spark: SparkSession, staged: Staged) -> dict[str, Any]:
     """Make a staged sink visible (one Delta commit, or one atomic swap); safe to call again after a kill."""
     out: dict[str, Any] = {"format": staged.format, "path": staged.path, "rows": staged.rows}
+    if "backfill.table" in staged.metadata:  # a catalog table: its name beside its location and version
+        out["table"] = staged.metadata["backfill.table"]
     if staged.format == "delta":
         from backfill.io.delta import commit_rows
 

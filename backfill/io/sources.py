@@ -18,7 +18,8 @@ from pyspark.sql import types as T
 from backfill.errors import SourceError
 from backfill.io.schemas import load_value_schema
 from backfill.jobspec.load import Job
-from backfill.jobspec.models import SourceSpec
+from backfill.jobspec.models import REGISTRY_FORMATS, SourceSpec
+from backfill.session import is_connect, json_schema
 
 HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType()),
                                          T.StructField("value", T.BinaryType())]))
@@ -47,10 +48,13 @@ class SourceRead:
     content: str | None = None  # the input's fingerprint (`content_fingerprint`), when it has one
     # with `raw_values`: turns a frame's undecoded `value` column into the decoded one (else: identity)
     decode: Callable[[DataFrame], DataFrame] = decoded
+    table: str | None = None  # the catalog table's name, when the job named one
 
     def manifest(self, fmt: str) -> dict[str, object]:
         """What the run manifest records about this input (enough to read the same records again)."""
         out: dict[str, object] = {"format": fmt, "location": self.location, "version": self.version}
+        if self.table is not None:
+            out["table"] = self.table
         if self.offsets is not None:
             out["offsets"] = {str(p): list(r) for p, r in sorted(self.offsets.items())}
             out["partitions"] = self.partitions
@@ -68,9 +72,13 @@ def content_fingerprint(job: Job, name: str, location: str, version: int | None)
     if spec.format == "kafka" or (spec.format == "delta" and version is None):
         return None
     parts: list[object] = [spec.model_dump(mode="json", by_alias=True)]
-    if spec.value.schema_:
-        with open(job.resolve(spec.value.schema_)) as fh:
-            parts.append(fh.read())
+    for enc in (spec.key, spec.value):  # the schemas that decode it (a registry's ids never change)
+        for path in (enc.schema_, enc.reader_schema):
+            if path:
+                with open(job.resolve(path)) as fh:
+                    parts.append(fh.read())
+        if enc.registry is not None and enc.registry.schemas:
+            parts.append(_listing(job.resolve(enc.registry.schemas)))
     if spec.format == "delta":
         parts.append(["version", version])
     else:
@@ -120,14 +128,15 @@ def read_source(spark: SparkSession, job: Job, name: str, rank: int, read_from: 
     records = _canonical(raw, spec, name, rank, job, value_fields, raw_values)
     content = content_fingerprint(job, name, location, version)
     if not raw_values:
-        return SourceRead(name=name, records=records, location=location, version=version, content=content)
+        return SourceRead(name=name, records=records, location=location, version=version, content=content,
+                          table=spec.table)
 
     def decode(df: DataFrame) -> DataFrame:
         decoded, value, _ = _value(df, spec, job, name)
         return decoded.withColumn("value", value).drop("__parsed", "__text")
 
     return SourceRead(name=name, records=records, location=location, version=version, content=content,
-                      decode=decode)
+                      decode=decode, table=spec.table)
 
 
 def _read_raw(spark: SparkSession, spec: SourceSpec, location: str) -> tuple[DataFrame, int | None]:
@@ -167,7 +176,7 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job,
     problem = F.coalesce(problem, F.when(F.col("partition").isNull() | F.col("offset").isNull(),
                                          F.lit("unreadable record: no partition or offset")))
     where = F.col("_where") if "_where" in df.columns else F.lit(None).cast(WHERE_TYPE)
-    key, key_problem = _key(df, spec)
+    key, key_problem = _key(df, spec, job, name)
     if raw_values:
         value, value_problem = F.col("value"), F.lit(None).cast("string")
     else:
@@ -197,7 +206,8 @@ def _check_key_column(df: DataFrame, spec: SourceSpec, name: str, location: str)
     dtype = df.schema["key"].dataType
     text = isinstance(dtype, (T.StringType, T.BinaryType))
     integral = isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType))
-    fits = {"string": text, "bytes": text, "json": text, "long": text or integral}[spec.key.format]
+    fits = {"string": text, "bytes": text, "json": text, "long": text or integral}.get(
+        spec.key.format, isinstance(dtype, T.BinaryType))  # the registry formats: bytes
     if not fits:
         shown = dtype.simpleString()
         hint = "key: {format: long}" if integral else "a string or binary key column (e.g. its JSON text)"
@@ -212,9 +222,14 @@ def _millis(dtype: T.DataType, col: str) -> Column:
     return F.col(col).cast("long")
 
 
-def _key(df: DataFrame, spec: SourceSpec) -> tuple[Column, Column]:
+def _key(df: DataFrame, spec: SourceSpec, job: Job, name: str) -> tuple[Column, Column]:
     if "key" not in df.columns:
-        return F.lit(None).cast(KEY_TYPES[spec.key.format]), F.lit(None).cast("string")
+        return F.lit(None).cast(KEY_TYPES.get(spec.key.format, T.StringType())), F.lit(None).cast("string")
+    if spec.key.format in REGISTRY_FORMATS:  # the schema registry's wire format, or plain Avro (io/formats.py)
+        from backfill.io.formats import decode, decoded_type, key_column
+
+        key, bad = decode(df, "key", spec.key, spec.key.format, job, f"sources.{name}.key")
+        return key_column(key, decoded_type(df, key)), bad
     raw = F.col("key")
     dtype = df.schema["key"].dataType
     if isinstance(dtype, T.BinaryType) and spec.key.format != "bytes":
@@ -245,6 +260,10 @@ def _value(df: DataFrame, spec: SourceSpec, job: Job, name: str, wanted: set[str
     can make a value unreadable, and are parsed whether read or not, are those of every other type."""
     dtype = df.schema["value"].dataType
     none = F.lit(None).cast("string")
+    if spec.value.format in REGISTRY_FORMATS:  # the schema registry's wire format, or plain Avro (io/formats.py)
+        from backfill.io.formats import decode
+
+        return df, *decode(df, "value", spec.value, spec.value.format, job, f"sources.{name}.value")
     if read_as_text(job, name):
         text = F.to_json("value") if isinstance(dtype, T.StructType) else F.col("value").cast("string")
         if spec.value.format != "json":
@@ -287,6 +306,9 @@ def _with_corrupt(schema: T.StructType) -> T.StructType:
 def _infer_schema(df: DataFrame, text: Column) -> T.StructType:
     """Without value.schema, infer the JSON value schema from the data (one extra pass)."""
     spark = df.sparkSession
+    if is_connect(spark):
+        inferred = json_schema(df.select(text.alias("v")).where("v IS NOT NULL"))
+        return T.StructType([f for f in inferred.fields if f.name != CORRUPT])
     rows = df.select(text.alias("v")).where("v IS NOT NULL")._jdf
     strings = getattr(rows, "as")(spark._jvm.org.apache.spark.sql.Encoders.STRING())  # no row goes through Python
     inferred = T.StructType.fromJson(json.loads(spark._jsparkSession.read().json(strings).schema().json()))

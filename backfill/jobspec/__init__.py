@@ -1,7 +1,6 @@
-"""Part: foundation. Job specification (the YAML contract): typed models, durations and loading with one-line errors."""
-from __future__ import annotations
+"""Part: foundation. Job specification (the YAML contract): typed models (`models`), durations, the Kafka Streams
+release profiles (`versions`) and loading with one-line errors (`load`: `load_job`, `Job`).
 
-from backfill.jobspec.load import Job, load_job
-from backfill.jobspec.models import JobSpec
-
-__all__ = ["Job", "JobSpec", "load_job"]
+The package imports none of its modules, so a module of it that names another through the package
+(`from backfill.jobspec import versions`) never starts a circle through here.
+"""

@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from backfill.errors import SpecError
-from backfill.jobspec.models import JobSpec
+from backfill.jobspec.models import SECRET_REF, JobSpec, SecuritySpec
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,67 @@ def load_job(path: str | Path) -> Job:
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         raise SpecError(f"{file}: {describe(errors[0])}") from None
-    return Job(spec=spec, path=file.resolve())
+    return Job(spec=_catalog_tables(_absolute_security(spec, file.resolve().parent)), path=file.resolve())
+
+
+def _catalog_tables(spec: JobSpec) -> JobSpec:
+    """`table:` sources and sinks with their catalog location as `path` (absolute), so every part of a run reads
+    and writes the table's files; the name stays in `table` (for the manifest). A sink table that does not
+    exist yet gets the catalog's default location and is registered after its first publish (execute.py)."""
+    if not any(x.table for x in [*spec.sources.values(), *spec.sinks.values()]):
+        return spec
+    from backfill.session import catalog_table
+
+    def located(item: Any, where: str) -> Any:
+        if not item.table:
+            return item
+        try:
+            location, exists = catalog_table(item.table)
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc}") from None
+        if where.startswith("sources") and not exists:
+            raise SpecError(f"{where}.table {item.table}: the catalog has no such table (create it with CREATE TABLE "
+                            "... USING delta, or name another)")
+        return item.model_copy(update={"path": location})
+
+    return spec.model_copy(update={
+        "sources": {n: located(s, f"sources.{n}") for n, s in spec.sources.items()},
+        "sinks": {n: located(s, f"sinks.{n}") for n, s in spec.sinks.items()}})
+
+
+def load_security(path: Path) -> SecuritySpec:
+    """A YAML file of `kafka.security` settings (`backfill archive --security`), its files relative to it."""
+    if not path.is_file():
+        raise SpecError(f"--security {path}: no such file (a YAML mapping of protocol, mechanism, username, ...)")
+    try:
+        sec = SecuritySpec.model_validate(yaml.safe_load(path.read_text()))
+    except yaml.YAMLError:
+        raise SpecError(f"--security {path}: not valid YAML") from None
+    except ValidationError as exc:
+        raise SpecError(f"--security {path}: {describe(exc.errors()[0])}") from None
+    return _absolute(sec, path.resolve().parent)
+
+
+def _absolute_security(spec: JobSpec, base: Path) -> JobSpec:
+    """The files of `kafka.security` (ca_file, ${file:PATH}) relative to the job file, as absolute paths: every
+    Kafka client of the run then reads the same files wherever it starts."""
+    sources = {}
+    for name, source in spec.sources.items():
+        if source.kafka is not None and source.kafka.security is not None:
+            kafka = source.kafka.model_copy(update={"security": _absolute(source.kafka.security, base)})
+            source = source.model_copy(update={"kafka": kafka})
+        sources[name] = source
+    return spec.model_copy(update={"sources": sources})
+
+
+def _absolute(sec: SecuritySpec, base: Path) -> SecuritySpec:
+    def file_ref(text: str | None) -> str | None:
+        match = SECRET_REF.match(text or "")
+        return "${file:" + str((base / match[2]).resolve()) + "}" if match and match[1] == "file" else text
+
+    ca = str((base / sec.ca_file).resolve()) if sec.ca_file else None
+    return sec.model_copy(update={"ca_file": ca, "password": file_ref(sec.password),
+                                  "username": file_ref(sec.username)})
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

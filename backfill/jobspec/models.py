@@ -1,9 +1,10 @@
-"""Part: foundation. Typed job spec (DESIGN.md decision 9): the YAML contract of spec/job-spec.md as pydantic models."""
+"""Part: foundation. Typed job spec: the YAML contract of docs/job-spec.md as pydantic models."""
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from backfill.jobspec import versions
 from backfill.jobspec.durations import INSTANT_HINT, parse_duration, parse_instant
@@ -19,18 +20,74 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class KeySpec(Strict):
-    format: Literal["string", "json", "long", "bytes"] = "string"
+# keys and values in the schema registry's wire format: magic byte 0, a 4-byte big-endian schema id, the payload
+REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
+BINARY_FORMATS = (*REGISTRY_FORMATS, "bytes")  # a JSONL source carries these as base64 (`key_b64`, `value_b64`)
 
 
-class ValueSpec(Strict):
-    format: Literal["json", "string"] = "string"
+class RegistrySpec(Strict):
+    """Where the writer schemas come from, by id: a registry's Confluent REST API or a folder of schema files."""
+
+    url: str | None = None  # GET {url}/schemas/ids/{id}
+    schemas: str | None = None  # offline: <id>.avsc, <id>.desc (a protobuf descriptor set), <id>.json
+
+    @model_validator(mode="after")
+    def _one(self) -> RegistrySpec:
+        if (self.url is None) == (self.schemas is None):
+            raise ValueError("@url: give exactly one of url (the registry, e.g. http://registry:8081) or schemas "
+                             "(a folder of <id>.avsc / <id>.desc / <id>.json files)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"@url: {self.url!r} is not an http(s) URL, e.g. http://registry:8081")
+        return self
+
+
+class Encoded(Strict):
+    """The formats a key and a value share: the registry formats' settings (job-spec "Real data formats")."""
+
+    registry: RegistrySpec | None = None
     schema_: str | None = Field(default=None, alias="schema")
+    reader_schema: str | None = None  # Avro: every writer version read as this schema (resolution, defaults)
+    message: str | None = None  # protobuf: the message type (full name), e.g. demo.Click
+
+    def _check_encoding(self, fmt: str, schema_formats: tuple[str, ...]) -> None:
+        if fmt in REGISTRY_FORMATS:
+            plain = fmt == "avro" and self.schema_ is not None
+            if self.registry is None and not plain:
+                hint = " (or schema: FILE for plain Avro without the header)" if fmt == "avro" else ""
+                raise ValueError(f"@registry: format: {fmt} reads the registry's wire format; give registry: "
+                                 f"{{url: http://...}} or registry: {{schemas: DIR}}{hint}")
+            if plain and self.registry is not None:
+                raise ValueError("@schema: plain Avro (schema: FILE) has no header, so no registry; give one of them")
+            if self.schema_ is not None and fmt != "avro":
+                raise ValueError(f"@schema: format: {fmt} takes its schemas from the registry; schema: is for json "
+                                 "and plain avro")
+        else:
+            for name in ("registry", "reader_schema", "message"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"@{name}: is only allowed with format: avro, protobuf or json_schema")
+            if self.schema_ is not None and fmt not in schema_formats:
+                raise ValueError(f"@schema: is only allowed with format: {' or '.join(schema_formats)}")
+        if self.message is not None and fmt != "protobuf":
+            raise ValueError("@message: names a protobuf message type; it is only allowed with format: protobuf")
+        if self.reader_schema is not None and fmt != "avro":
+            raise ValueError("@reader_schema: is an Avro schema; it is only allowed with format: avro")
+
+
+class KeySpec(Encoded):
+    format: Literal["string", "json", "long", "bytes", "avro", "protobuf", "json_schema"] = "string"
+
+    @model_validator(mode="after")
+    def _encoding(self) -> KeySpec:
+        self._check_encoding(self.format, ())
+        return self
+
+
+class ValueSpec(Encoded):
+    format: Literal["json", "string", "avro", "protobuf", "json_schema"] = "string"
 
     @model_validator(mode="after")
     def _schema_needs_json(self) -> ValueSpec:
-        if self.schema_ is not None and self.format != "json":
-            raise ValueError("@schema: is only allowed with format: json")
+        self._check_encoding(self.format, ("json",))
         return self
 
 
@@ -48,9 +105,44 @@ class TimestampSpec(Strict):
         return self
 
 
+SECRET_REF = re.compile(r"^\$\{(env|file):([^}]+)\}$")  # ${env:NAME} or ${file:PATH}: never the secret itself
+
+
+class SecuritySpec(Strict):
+    """How every Kafka client of a run connects: SASL (PLAIN, SCRAM) and TLS (job-spec "Real data formats")."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    username: str | None = None  # text, ${env:NAME} or ${file:PATH}
+    password: str | None = None  # ${env:NAME} or ${file:PATH} only
+    ca_file: str | None = None  # PEM: the CA certificates the broker's certificate is checked against
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _no_literal(cls, value: Any) -> Any:
+        if value is not None and not (isinstance(value, str) and SECRET_REF.match(value)):
+            raise ValueError("a secret in a job file is refused; give ${env:NAME} (an environment variable) or "
+                             "${file:PATH} (a file holding it)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecuritySpec:
+        sasl = self.protocol.startswith("SASL")
+        if sasl and (self.mechanism is None or self.username is None or self.password is None):
+            missing = next(f for f in ("mechanism", "username", "password") if getattr(self, f) is None)
+            raise ValueError(f"@{missing}: is required with protocol: {self.protocol} (mechanism, username, password)")
+        if not sasl and any(getattr(self, f) is not None for f in ("mechanism", "username", "password")):
+            raise ValueError(f"@mechanism: mechanism, username and password are for SASL; protocol: {self.protocol} "
+                             "takes none (use SASL_PLAINTEXT or SASL_SSL)")
+        if self.ca_file is not None and not self.protocol.endswith("SSL"):
+            raise ValueError(f"@ca_file: is for TLS; protocol: {self.protocol} does not use it (use SSL or SASL_SSL)")
+        return self
+
+
 class KafkaSpec(Strict):
     bootstrap: str
     topic: str
+    security: SecuritySpec | None = None
     start: dict[str, int] | str | int | None = None
     end: dict[str, int] | str | int | None = None
 
@@ -58,9 +150,19 @@ class KafkaSpec(Strict):
 RECORD_COLUMNS = ("topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq")
 
 
+TABLE_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")  # db.name or catalog.db.name
+
+
+def _table_name(value: str | None) -> str | None:
+    if value is not None and not TABLE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a catalog table name; give db.name or catalog.db.name")
+    return value
+
+
 class SourceSpec(Strict):
     format: Literal["delta", "parquet", "jsonl", "kafka"]
     path: str | None = None
+    table: Annotated[str | None, AfterValidator(_table_name)] = None  # a catalog table instead of `path`
     version: int | None = None
     as_of: str | None = None
     kafka: KafkaSpec | None = None
@@ -85,7 +187,10 @@ class SourceSpec(Strict):
     def _location(self) -> SourceSpec:
         if self.format == "kafka" and self.kafka is None:
             raise ValueError("@kafka: is required with format: kafka, e.g. {bootstrap: 127.0.0.1:9092, topic: clicks}")
-        if self.format != "kafka" and not self.path:
+        if self.table is not None and (self.format != "delta" or self.path is not None):
+            raise ValueError("@table: a catalog table is a Delta table named instead of `path`: give format: delta "
+                             "and table or path, not both")
+        if self.format != "kafka" and not self.path and not self.table:
             raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
         if self.version is not None and self.format != "delta":
             raise ValueError("@version: a Delta snapshot version is only allowed with format: delta")
@@ -136,7 +241,7 @@ class WindowSpec(Strict):
 
     @property
     def grace_ms(self) -> int:
-        """Grace G; `legacy` is the deprecated default max(24h - size, 0) (kafka-streams.md 3.1)."""
+        """Grace G; `legacy` is the deprecated default max(24h - size, 0) (docs/semantics.md §4.6)."""
         if self.grace == LEGACY_GRACE:
             extent = self.size or self.gap or self.time_difference or 0
             return max(DAY_MS - extent, 0)
@@ -144,7 +249,7 @@ class WindowSpec(Strict):
 
 
 def _check_window_values(w: WindowSpec) -> None:
-    """TimeWindows/SlidingWindows/SessionWindows constructor rules (kafka-streams.md 3.1-3.3)."""
+    """TimeWindows/SlidingWindows/SessionWindows constructor rules (docs/semantics.md §4.1, §10.1, §11.1)."""
     if w.type in ("tumbling", "hopping"):
         if w.size_ms <= 0:
             raise ValueError(f"@size: must be > 0, got {w.size_ms}ms")
@@ -175,12 +280,21 @@ Aggregation = str | FoldAggregation
 
 
 class GroupBySpec(Strict):
-    """A re-key before the aggregate (kafka-streams.md 12): `KStream#groupBy` and its repartition topic."""
+    """A re-key before the aggregate (docs/semantics.md §13): `KStream#groupBy` and its repartition topic."""
 
     key: str = Field(min_length=1)  # Spark SQL over the record: the new key
-    # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes)
-    format: Literal["string", "long", "int", "bytes"] | None = None
+    # how the new key is serialized for the partitioner (default: by its type: string, int, long, bytes); avro:
+    # the registry's wire format with `schema_id` (a primitive Avro key: string, long, int, boolean, double)
+    format: Literal["string", "long", "int", "bytes", "avro"] | None = None
+    schema_id: int | None = Field(default=None, ge=0)
     partitions: int | None = Field(default=None, gt=0)  # the repartition topic's (default: the input's)
+
+    @model_validator(mode="after")
+    def _schema_id(self) -> GroupBySpec:
+        if (self.format == "avro") != (self.schema_id is not None):
+            raise ValueError("@schema_id: format: avro hashes the registry's wire format, header included: give the "
+                             "subject's schema id (schema_id: N), and schema_id only with format: avro")
+        return self
 
 
 def _on_off(value: Any) -> Any:
@@ -277,7 +391,7 @@ class JoinSpec(Strict):
 
 
 class RulesSpec(Strict):
-    """The lookback rule engine (flink.md 6, 7): per transaction and rule, an aggregate over [t - W, t]."""
+    """The lookback rule engine (docs/semantics.md §12): per transaction and rule, an aggregate over [t - W, t]."""
 
     input: str
     rules: str
@@ -344,12 +458,16 @@ class OperatorSpec(Strict):
 class SinkSpec(Strict):
     format: Literal["delta", "parquet", "jsonl", "none"]
     path: str | None = None
+    table: Annotated[str | None, AfterValidator(_table_name)] = None  # a catalog table instead of `path`
 
     @model_validator(mode="after")
     def _path(self) -> SinkSpec:
+        if self.table is not None and (self.format != "delta" or self.path is not None):
+            raise ValueError("@table: a catalog table is a Delta table named instead of `path`: give format: delta "
+                             "and table or path, not both")
         if self.format == "none" and self.path is not None:
             raise ValueError("@path: a sink with format: none writes nothing; remove path or pick a format")
-        if self.format != "none" and not self.path:
+        if self.format != "none" and not self.path and not self.table:
             raise ValueError(f"@path: is required with format: {self.format} (relative to the job file)")
         return self
 
@@ -363,6 +481,9 @@ class VerifySpec(Strict):
     """How `backfill verify` reads the streaming output of one operator (CLI options override)."""
 
     against: str | None = None  # table, path or path@version, relative to the job file
+    # an output topic's inner key (in the windowed key) and value formats; default: the input's key format, JSON
+    key: KeySpec | None = None
+    value: ValueSpec | None = None
     columns: dict[str, str] = {}  # our column: the streaming output's column (--map col=source_col)
     tolerance: dict[str, str] = {}  # column: abs:0.01 | rel:1e-6 | abs:0.01,rel:1e-6 (--tolerance)
 

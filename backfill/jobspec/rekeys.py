@@ -1,6 +1,6 @@
 """Part: job spec. Re-keying (`group_by`) as the job declares it: which inputs of an operator are re-keyed,
 the repartition topics they write, what a re-keyed join reads, and the topics' partition count
-(kafka-streams.md 12). Pure: the Spark engine (ops/repartition.py) and the reference engine share it.
+(docs/semantics.md §13). Pure: the Spark engine (ops/repartition.py) and the reference engine share it.
 """
 from __future__ import annotations
 
@@ -85,8 +85,10 @@ def rekey_why(op: OperatorSpec) -> list[str]:
         nulls = (f"a null key passes (to the upstream partition's number, modulo the count: the real producer "
                  f"picks one) and {'is emitted unjoined' if outer else 'is dropped by the join (ledger: null_key)'}"
                  if r.keep_null else "a null key is dropped there (ledger: null_key)")
+        serde = (f"; the key serialized as Avro in the registry's wire format, assuming schema id {r.spec.schema_id} "
+                 "(the 5-byte header is hashed too)" if r.spec.format == "avro" else "")
         out.append(f"re-key: each record of {r.input} gets the key {r.spec.key} and is written to {r.topic} ({count}, "
-                   f"partition = murmur2 of the serialized key); {nulls}. Each partition interleaves the upstream "
+                   f"partition = murmur2 of the serialized key{serde}); {nulls}. Each partition interleaves the upstream "
                    "tasks by the partition time at which they processed the record (a model: the real interleaving "
                    "depends on timing)")
     for src, name in copied(op):
@@ -116,3 +118,27 @@ def repartition_count(op: OperatorSpec, count: Callable[[str], int]) -> int:
     if fixed:
         return next(iter(fixed.values()))
     return max(count(r.input) for r in rekeys(op))
+
+
+def subtopologies(operators: list[OperatorSpec], sources: list[str]) -> dict[str, int]:
+    """Each source's sub-topology, numbered from 0 in the order of the first source of each (docs/semantics.md
+    §2.5): the sources one operator reads as they are belong together; a re-keyed input is read by a
+    sub-topology of its own that writes the repartition topic, and the input a re-keyed join keeps as it is
+    is read by the join's downstream tasks. Kafka Streams gives every sub-topology its own tasks, so each
+    has its own PartitionGroup: a queue of one never takes part in another's choice."""
+    parent = {s: s for s in sources}
+
+    def root(s: str) -> str:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    for op in operators:
+        if rekeys(op) or op.rules is not None:
+            continue
+        read = [s for s in op.inputs if s in parent]
+        for other in read[1:]:
+            parent[root(other)] = root(read[0])
+    numbers: dict[str, int] = {}
+    return {s: numbers.setdefault(root(s), len(numbers)) for s in sources}

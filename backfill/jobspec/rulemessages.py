@@ -1,4 +1,4 @@
-"""Part: foundation. Rule messages of the lookback rule engine (flink.md 6.2): parsed from JSON or the 9-token text.
+"""Part: foundation. Rule messages of the lookback rule engine (docs/semantics.md §12.1): parsed from JSON or the 9-token text.
 
 A rule message is data, read from the rules source; its format is part of the contract, like the job YAML,
 so both engines (Spark and the reference) read it through this one parser. The golden test `fraud-rule-parse`
@@ -15,7 +15,7 @@ STATES = ("ACTIVE", "PAUSE", "DELETE", "CONTROL")
 AGGREGATORS = ("SUM", "AVG", "MIN", "MAX")
 OPERATORS = {"=": "EQUAL", "!=": "NOT_EQUAL", ">=": "GREATER_EQUAL", "<=": "LESS_EQUAL", ">": "GREATER", "<": "LESS"}
 CONTROLS = ("CLEAR_STATE_ALL", "CLEAR_STATE_ALL_STOP", "DELETE_RULES_ALL", "EXPORT_RULES_CURRENT")
-COUNT_FIELDS = ("COUNT_FLINK", "COUNT_WITH_RESET_FLINK")  # each transaction counts 1 (flink.md 6.6)
+COUNT_FIELDS = ("COUNT_FLINK", "COUNT_WITH_RESET_FLINK")  # each transaction counts 1 (docs/semantics.md §12.2)
 MINUTE_MS = 60_000
 
 

@@ -1,9 +1,9 @@
-"""Part: operators. Time-windowed aggregation (kafka-streams.md 4, 7, 11) on records already in task order.
+"""Part: operators. Time-windowed aggregation (docs/semantics.md §4) on records already in task order.
 
 Per record reaching the operator (key not null; null values are aggregated), for each window of
 windowsFor(ts) in ascending start: accepted iff window end > ST - G, with ST the operator's own stream
-time including this record (4.1); else a `late` ledger row for that window. State is per task.
-`updates` emits every accepted update (cache off, 4.3); `final` emits each window once it is closed
+time including this record (§4.2); else a `late` ledger row for that window. State is per task.
+`updates` emits every accepted update (cache off, docs/semantics.md §4.5); `final` emits each window once it is closed
 (ST >= end + G at the end of the data: suppress untilWindowCloses / ON_WINDOW_CLOSE, 4.4 and 7).
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
+from backfill.session import observation_done
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
@@ -68,7 +69,7 @@ class WindowAggregate(Operator):
         return TimeWindows.of(self.spec.aggregate.window)
 
     def stream_time_columns(self) -> dict[str, Column]:
-        """Its own stream time, over the records that reach it (4.1)."""
+        """Its own stream time, over the records that reach it (docs/semantics.md §3.1)."""
         assert self.spec is not None
         return {self.stream_time: reaches(self.spec)}
 
@@ -247,7 +248,7 @@ class WindowAggregate(Operator):
 
 
 def close_why(spec: OperatorSpec) -> list[str]:
-    """What `plan` says about an `emit: final` operator's mechanism (docs/semantics.md sections 4.5, 10.4, 11.5)."""
+    """What `plan` says about an `emit: final` operator's mechanism (docs/semantics.md §4.5, §10.4, §11.5)."""
     agg = spec.aggregate
     if agg is None or agg.emit != "final":
         return []
@@ -268,7 +269,7 @@ def numbered_finals(spec: OperatorSpec) -> bool:
 
 
 def window_checks(w: TimeWindows, columns: list[str]) -> list[Check]:
-    """The row checks of a window output (kafka-streams.md 3.1), for the columns the table has."""
+    """The row checks of a window output (docs/semantics.md §4.1), for the columns the table has."""
     checks = [Check("ExpectColumnValuesToNotBeNull", {"column": "key"}, "keys not null"),
               Check("ExpectColumnValuesToBeInSet", {"column": "_window_length", "value_set": [w.size]},
                     f"window_end - window_start == size ({w.size} ms)"),
@@ -318,7 +319,7 @@ class FinalWindows(OperatorResult):
         def metrics() -> dict[str, Any]:
             # filled by the first action on `output` (the sink's write); a sink that audits before it
             # writes (delta-spark) gets them from one extra pass
-            if seen._jo is None or not seen._jo.future().isCompleted():
+            if not observation_done(seen):
                 output.write.format("noop").mode("overwrite").save()
             return seen.get
 
@@ -443,7 +444,7 @@ def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
     """(record, window) pairs of windowsFor(ts), each marked accepted or late against the stream time."""
     return (records.select("*", F.posexplode(windows.starts("ts")).alias("widx", "window_start"))
             .withColumn("window_end", F.col("window_start") + F.lit(windows.size))
-            # kept while end > ST - G (kafka-streams.md 4.1 step 5)
+            # kept while end > ST - G (docs/semantics.md §4.2)
             .withColumn("_accepted", F.col("window_end") > F.col(st) - F.lit(windows.grace)))
 
 
@@ -452,7 +453,7 @@ def _record_struct() -> Column:
 
 
 def _updates(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows) -> DataFrame:
-    """One row per accepted (record, window), emitted in processing order (4.3, cache off)."""
+    """One row per accepted (record, window), emitted in processing order (docs/semantics.md §4.5, cache off)."""
     state = (Window.partitionBy("task", "key", "window_start").orderBy("seq")
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     cols, folds = [], []
@@ -478,7 +479,7 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
     tasks). Nothing is cached: the publish step reads it once, writing the closed windows and
     counting the open ones, which are reported, never emitted.
     """
-    # final once the task's stream time >= end + G (4.1 "equivalently", 7 untilWindowCloses)
+    # final once the task's stream time >= end + G (docs/semantics.md §4.5)
     task_st = task_stream_time(final_st)
     windows = _windows(accepted, aggs, w).withColumn(
         "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))

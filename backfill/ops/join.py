@@ -1,17 +1,17 @@
-"""Part: operators. Stream-stream joins (kafka-streams.md 3.4, 9, 10, 11) on records already in task order.
+"""Part: operators. Stream-stream joins (docs/semantics.md §5) on records already in task order.
 
 Set-based where the rule allows it. A pair (l, r) of equal key in one task is emitted when the later of
-the two in task order (`seq`) is processed, iff the earlier lies in the later one's [from, to] (10.1) and is
+the two in task order (`seq`) is processed, iff the earlier lies in the later one's [from, to] (§5.1) and is
 still retained by its window store: ts > storeST - R, storeST being the running max of that store's writes
 in task order (9). Pairs come from a range join on (task, key, time bucket) whose condition carries the
 bounds and the retention, so a hot key costs about the pairs it emits, never its cross product. The records
 are shuffled once by (task, key), and the range join runs where they lie. A left or outer join reads its
 result twice (the per-record flags, the pairs' output), so it is stored once (a local checkpoint), and the
 right records its store refused find their pairs there too (the `expired` ledger rows).
-Non-joined rows of left/outer joins emitted at once (fix disabled, `to < ST_j`, null keys; 10.2) are
+Non-joined rows of left/outer joins emitted at once (fix disabled, `to < ST_j`, null keys; docs/semantics.md §5.3, §5.5) are
 set-based too. The rows that wait in the outer store depend on the sequence of triggers (t == ST_j), the
-minTime heuristic and the outer-store order (10.3, 10.4): a small per-task kernel replays only those.
-The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable from data, 14.2).
+minTime heuristic and the outer-store order (§5.3): a small per-task kernel replays only those.
+The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable from data, docs/semantics.md §5.6).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class StreamJoin(Operator):
                             f"{formats[join_spec.left]}, {join_spec.right}: {formats[join_spec.right]}); "
                             "co-partitioned join inputs share one key serde")
         # a result at ts >= start pairs records >= start - max(before, after); one retention more lets the
-        # outer store settle (its emission heuristic depends on history, kafka-streams.md 10.4 step 1)
+        # outer store settle (its emission heuristic depends on history, docs/semantics.md §5.3)
         warmup = max(w.before, w.after, 0) + w.retention
         why = rekey_why(spec)
         if start is not None:
@@ -106,7 +106,7 @@ class StreamJoin(Operator):
                        "+ after + grace before --start): both records of every result at or after --start")
         if end is not None:
             why.append("cool-down: every record after --end is read: a join has no lateness cut-off (a late record "
-                       "still joins what the other store retains, docs/semantics.md section 5)")
+                       "still joins what the other store retains, docs/semantics.md §5.2)")
         return cls(**base, warmup_ms=warmup, why=tuple(why))
 
     @property
@@ -129,7 +129,7 @@ class StreamJoin(Operator):
         return stream_time_columns(self.spec, self.stream_time, self.rules)
 
     def count_columns(self, live: Column) -> list[Column]:
-        """Records reaching the join and those it skips for a null key or value (10.2 steps 2-3)."""
+        """Records reaching the join and those it skips for a null key or value (docs/semantics.md §5.5)."""
         spec = self.join_spec
         assert self.spec is not None
         left, right = join_streams(self.spec)
@@ -164,12 +164,12 @@ class StreamJoin(Operator):
 
 
 def outer_sides(spec: JoinSpec) -> tuple[int, ...]:
-    """Sides whose unmatched records give non-joined results (10.1 "outer side")."""
+    """Sides whose unmatched records give non-joined results (docs/semantics.md §5.3)."""
     return {"inner": (), "left": (LEFT,), "outer": (LEFT, RIGHT)}[spec.how]
 
 
 def stream_time_columns(op: OperatorSpec, st: str, rules: versions.Profile) -> dict[str, Column]:
-    """ST_j over every record of either side (10.2 step 1; before 3.7 only over records with key and value)
+    """ST_j over every record of either side (docs/semantics.md §5.5; before 3.7 only over records with key and value)
     and each window store's time over its writes (9)."""
     spec = op.join
     assert spec is not None
@@ -213,7 +213,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
     if sides:
         flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side, w) for side in sides])
         lone = flags.where(~F.col("matched")).persist(StorageLevel.MEMORY_AND_DISK)
-        now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # 10.2 step 6 / 10.6
+        now = lone if w.eager else lone.where(F.col("_to") < F.col("_stj"))  # docs/semantics.md §5.3 / §5.4
         # the non-joined rows emitted at once and those the outer store emits look their values up together
         picked = [now.select("task", "key", "seq", F.col("seq").alias("_out_seq"), F.lit(IMMEDIATE).alias("_phase"),
                              F.lit(0).cast("long").alias("_idx"))]
@@ -267,12 +267,12 @@ def _records(ordered: DataFrame, op: OperatorSpec, st: str, w: JoinWindows) -> D
         "task", "seq", "source", "topic", "partition", "offset", *origin, "key", "value", "ts", "timestamp",
         side.alias("_side"), outer.alias("_outer"), F.col(st).alias("_stj"), own.alias("_sst_own"),
         other.alias("_sst_other"), F.greatest(F.lit(0), F.col("ts") + ahead).alias("_to"),
-        # an expired write is dropped (in-memory store; RocksDB hides it on read): kafka-streams.md 9
+        # an expired write is dropped (in-memory store; RocksDB hides it on read): docs/semantics.md §5.2
         (F.col("ts") <= own - F.lit(w.retention)).alias("_refused"), _key_order(ordered).alias("_korder"))
 
 
 def _key_order(df: DataFrame) -> Column:
-    """A column sorting like the serialized key bytes (10.3): a long's big-endian bytes compare unsigned."""
+    """A column sorting like the serialized key bytes (docs/semantics.md §5.3): a long's big-endian bytes compare unsigned."""
     if isinstance(df.schema["key"].dataType, T.LongType):
         return F.col("key").bitwiseXOR(F.lit(-(2**63)))
     return F.col("key")
@@ -305,7 +305,7 @@ def bucketed(left: DataFrame, right: DataFrame, w: JoinWindows, wide: bool = Fal
 
 def _pair_join(left: DataFrame, right: DataFrame, w: JoinWindows, direction: str, wide: bool,
                how: str = "inner") -> DataFrame:
-    """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (9, 10.1).
+    """Visible pairs: the bucketed equi-join plus the bounds and retention of the later record (docs/semantics.md §5.1, §5.2).
     `how="left"` also gives each left row without any visible pair once per bucket, null-extended."""
     lrows, rrows, equi = bucketed(left, right, w, wide, extra=("_stj",) if how == "left" else ())
     return lrows.join(rrows, equi & _visible(w, direction), how)
@@ -349,7 +349,7 @@ def _pair_values(candidates: DataFrame, joiner: str) -> DataFrame:
 
 
 def _joined_rows(pairs: DataFrame) -> DataFrame:
-    """One output per visible pair at the later record, in fetch order: other ts, then arrival (10.2 step 5)."""
+    """One output per visible pair at the later record, in fetch order: other ts, then arrival (docs/semantics.md §5.1)."""
     rows = pairs.select(F.col("l_task").alias("task"), F.col("l_key").alias("key"), F.col("_value").alias("value"),
                         F.col("_pts").alias("ts"), "_out_seq", F.lit(JOINED).alias("_phase"), "_e_ts", "_e_seq")
     # after a store of the candidates (join()) this window shuffles the pairs again: sorting them before the
@@ -424,7 +424,7 @@ def _with_values(recs: DataFrame, picked: DataFrame) -> DataFrame:
 
 
 def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFrame:
-    """Null key or value: skipped by the join processor (10.2 step 3), stream time already advanced (3.7+);
+    """Null key or value: skipped by the join processor (docs/semantics.md §5.5), stream time already advanced (3.7+);
     before 3.7 a null key never reaches the join at all."""
     # an outer side forwards null keys (step 2, 3.7+)
     forwarded = F.col("_outer") & F.col("value").isNotNull() & F.lit(rules.join_null_keys_reach_join)
@@ -439,7 +439,7 @@ def _null_ledger(recs: DataFrame, name: str, rules: versions.Profile) -> DataFra
 
 
 def _outer_store(lone: DataFrame, recs: DataFrame, w: JoinWindows, per_side: bool) -> DataFrame:
-    """Per task kernel over the records that wait in the outer store and the triggers (10.2 steps 4, 6).
+    """Per task kernel over the records that wait in the outer store and the triggers (docs/semantics.md §5.3).
 
     The triggers are joinable records (key and value set) taken from `recs` as they lie: the kernel groups by
     task, so the (task, key) exchange of the joinable records would only shuffle them once more."""
@@ -488,7 +488,7 @@ def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[in
     `per_side` (3.8+, KAFKA-15417): each entry is open by its own side's look-ahead. Before 3.8 the
     processing record's side decides for every entry, the first open entry ends the scan, and the cheap
     skip compares minTime with ST_j - its `before` - grace."""
-    store: list[tuple[int, int, Any, int]] = []  # (ts, side byte, key order, seq): outer-store order (10.3)
+    store: list[tuple[int, int, Any, int]] = []  # (ts, side byte, key order, seq): outer-store order (§5.3)
     gone = {}
     min_time = JAVA_MAX
     emitted: list[tuple[int, int, int]] = []
@@ -509,12 +509,12 @@ def outer_emissions(w: JoinWindows, seq: list[int], side: list[int], ts: list[in
 def _emit_closed(store: list[tuple[int, int, Any, int]], gone: dict[int, int], s: int, st: int, w: JoinWindows,
                  emitted: list[tuple[int, int, int]], legacy_ahead: int | None = None
                  ) -> tuple[int, list[tuple[int, int, Any, int]]]:
-    """One emitNonJoinedOuterRecords pass (10.4 step 3); rows joined before seq s are already deleted.
+    """One emitNonJoinedOuterRecords pass (docs/semantics.md §5.3); rows joined before seq s are already deleted.
     `legacy_ahead` (before 3.8): the processor's look-ahead, for every entry; the first open entry stops."""
     min_time, kept, open_sides, i, idx = JAVA_MAX, [], 0, 0, 0
     while i < len(store):
         ts, side, _, seq = entry = store[i]
-        if gone[seq] < s:  # deleted by a join (10.2 step 5) before this trigger: never visited
+        if gone[seq] < s:  # deleted by a join (docs/semantics.md §5.1) before this trigger: never visited
             i += 1
             continue
         min_time = ts

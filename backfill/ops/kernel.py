@@ -1,5 +1,5 @@
 """Part: operators. What the kernel-backed window aggregates (sliding, session) share: they replay each task's
-store in processing order in a per-task kernel (DESIGN.md decision 1), so they read `seq`, count their inputs
+store in processing order in a per-task kernel (docs/architecture.md, step 5), so they read `seq`, count their inputs
 and null drops in the counting pass, and learn the late records from the kernel."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from backfill.jobspec.rekeys import rekeys, stream_name
 class KernelAggregate(Operator):
     """A window aggregate by the record key whose windows come from a per-task kernel."""
 
-    # sliding windows skip records with a null value (kafka-streams.md 5.1); sessions aggregate them (6)
+    # sliding windows skip records with a null value (docs/semantics.md §10.2); sessions aggregate them (§11.2)
     drops_null_values: ClassVar[bool] = False
     session: ClassVar[bool] = False  # folds need `merge`
 
@@ -84,7 +84,7 @@ def key_bytes(key: Any) -> bytes:
 
 
 class SuppressBuffer:
-    """suppress(untilWindowCloses) replayed inside a kernel (docs/semantics.md section 4.5): its own stream
+    """suppress(untilWindowCloses) replayed inside a kernel (docs/semantics.md §4.5): its own stream
     time (the largest timestamp forwarded to it), the latest update per window, released once its buffer time
     is at or before stream time - `duration`, in buffer order (buffer time, serialized key). Updates are the
     kernel's own references (None: a tombstone, dropped when released); `released` lists them in release order.

@@ -1,9 +1,9 @@
 """Part: operators. Re-keying (`group_by`): the repartition topic Kafka Streams inserts before a re-keyed
-aggregate or join (kafka-streams.md 12), as records of a derived source (jobspec/rekeys.py names them).
+aggregate or join (docs/semantics.md §13), as records of a derived source (jobspec/rekeys.py names them).
 
 The upstream task evaluates the new key for each record it processes, in its order. A null new key never
 reaches the repartition topic (Kafka Streams filters it silently; here it is a `null_key` ledger row of the
-operator), except before a left or outer join (3.7+). Any other record is written to
+operator), except before a left or outer join (Kafka Streams 3.7+). Any other record is written to
 partition `(murmur2(serialized key) & 0x7fffffff) % partitions` of the topic, keeping its value and
 timestamp. The downstream task `q` reads partition `q` in offset order, with its own stream time; a join's
 task merges it with partition `q` of the other input (re-keyed too, or read as it is: `as_is`).
@@ -21,6 +21,7 @@ input record, not its copy in the repartition topic.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -107,12 +108,51 @@ def key_bytes(key: Column, dtype: T.DataType, fmt: str) -> Column:
         return key.cast("binary")
     if fmt == "long":
         return F.unhex(F.lpad(F.hex(key.cast("long")), 16, "0"))
+    if fmt.startswith("avro:"):
+        return _avro_key_udf(int(fmt[5:]), dtype)(key)
     # int: the low four bytes of the two's complement
     return F.unhex(F.substring(F.lpad(F.hex(key.cast("int").cast("long")), 16, "0"), 9, 8))
 
 
+def _avro_key_udf(schema_id: int, dtype: T.DataType) -> Any:
+    """A primitive key as an Avro serializer in the registry's wire format writes it: 0, the schema id (4 bytes,
+    big-endian), then the Avro binary encoding (string: zig-zag length and UTF-8; long, int: zig-zag varint;
+    boolean: one byte; double: 8 bytes little-endian)."""
+    import struct
+
+    header = b"\x00" + struct.pack(">I", schema_id)
+
+    def varint(n: int) -> bytes:
+        z, out = (n << 1) ^ (n >> 63), bytearray()
+        z &= (1 << 64) - 1
+        while z >= 0x80:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+        return bytes(out)
+
+    def encode(value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return header + (b"\x01" if value else b"\x00")
+        if isinstance(value, int):
+            return header + varint(value)
+        if isinstance(value, float):
+            return header + struct.pack("<d", value)
+        data = str(value).encode("utf-8")
+        return header + varint(len(data)) + data
+
+    return F.udf(encode, T.BinaryType())
+
+
 def new_key_format(where: str, spec: GroupBySpec, dtype: T.DataType) -> str:
     """The serializer of the new key: declared, else by its Spark type; a type without one is an error."""
+    if spec.format == "avro":
+        if not isinstance(dtype, (T.StringType, T.LongType, T.IntegerType, T.BooleanType, T.DoubleType)):
+            raise SpecError(f"{where}.format: avro serializes a primitive key here (string, long, int, boolean, "
+                            f"double); {spec.key!r} gives {dtype.simpleString()}")
+        return f"avro:{spec.schema_id}"
     if spec.format is not None:
         return spec.format
     for cls, fmt in FORMATS.items():

@@ -1,4 +1,4 @@
-"""Part: operators. The lookback rule engine (flink.md 6, 7): per transaction and rule, an aggregate over the same
+"""Part: operators. The lookback rule engine (docs/semantics.md §12): per transaction and rule, an aggregate over the same
 grouping key's transactions in [t - W, t], compared with the rule's limit; an alert when it holds.
 
 Rule messages are few: the driver reads them in arrival order and turns them into a timeline (which rule

@@ -1,4 +1,4 @@
-"""Part: operators. The per-partition kernel of the lookback rule engine (flink.md 6.5-6.8, 7.2-7.3).
+"""Part: operators. The per-partition kernel of the lookback rule engine (docs/semantics.md §12.4-§12.7).
 
 Spark hands it the forks of many state keys (the grouping-key string, and with `compat: intended` the rule
 id too), sorted by state key and processing order, and the rule versions as plain tuples. Each state is
@@ -133,7 +133,7 @@ class _Replay:
                 None if value is None else plain(value), *(int(x) for x in o), fail)
 
     def _fail(self, i: int, v: Version, values: list[Decimal]) -> str | None:
-        """compat: demo: where the published code throws (flink.md 6.6)."""
+        """compat: demo: where the published code throws (docs/semantics.md §12.7)."""
         if not self.demo:
             return None
         if v.aggregator == "AVG":

@@ -1,7 +1,7 @@
-"""Part: operators. Session-window aggregation (kafka-streams.md 6, 9), on records already in task order.
+"""Part: operators. Session-window aggregation (docs/semantics.md §11), on records already in task order.
 
 Merging is sequential: whether a record bridges two sessions depends on what the store held when it came.
-A per-task kernel (DESIGN.md decision 1) replays only that structure on (key, ts, stream time): which
+A per-task kernel (docs/architecture.md, step 5) replays only that structure on (key, ts, stream time): which
 sessions each record found, whether it was late, the merge tree. Spark then computes the values:
 
 * every accepted record makes one node of a merge tree: its children are the sessions it found (store
@@ -121,11 +121,11 @@ class SessionAggregate(KernelAggregate):
 # ---------------------------------------------------------------------------------------------- the kernel
 def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, grace: int, groups: bool,
                     suppress: bool = False) -> dict[str, list[Any]]:
-    """Replay one task's session store in processing order (kafka-streams.md 6 steps 2-5, 9).
+    """Replay one task's session store in processing order (docs/semantics.md §11.1-§11.3).
 
     Returns one list per KERNEL_SCHEMA column (without task and seq), one entry per record. With `suppress`,
     also what suppress(untilWindowCloses) does with the forwarded updates (`released`: the node's place in
-    the task's releases; `pending`: still buffered at the end), docs/semantics.md section 11.5.
+    the task's releases; `pending`: still buffered at the end), docs/semantics.md §11.5.
     """
     n = len(ts)
     retention = gap + grace

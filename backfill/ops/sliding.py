@@ -1,8 +1,8 @@
-"""Part: operators. Sliding-window aggregation (kafka-streams.md 3.2, 5, 9), on records already in task order.
+"""Part: operators. Sliding-window aggregation (docs/semantics.md §10), on records already in task order.
 
 Which windows exist and what each holds depends on the store: a new window copies the aggregate of the
 window the backward read stopped at, and an update is refused once the window's end is before ST - grace.
-A per-task kernel (DESIGN.md decision 1) replays exactly that on (key, ts, stream time), keeping for each
+A per-task kernel (docs/architecture.md, step 5) replays exactly that on (key, ts, stream time), keeping for each
 window the records it holds, in the order they were aggregated, and for each update the number of records
 the window held then. Spark computes the values from those member lists: a running aggregate per window
 (`emit: updates`, one output per update) or one aggregate per window (`emit: final`: the windows closed by
@@ -117,12 +117,12 @@ class _Window:
 
 
 class _Replay:
-    """One task's sliding-window store replayed on (key, ts, stream time) (kafka-streams.md 5.1-5.3, 9)."""
+    """One task's sliding-window store replayed on (key, ts, stream time) (docs/semantics.md §10.1-§10.3)."""
 
     def __init__(self, diff: int, grace: int, updates: bool, suppress: bool = False, on_close: bool = False) -> None:
         self.diff, self.grace, self.updates = diff, grace, updates
         self.buffer = SuppressBuffer(grace) if suppress else None  # its buffer time: the inclusive end
-        # emit-on-close (kafka-streams.md 5.4): a time-ordered store (it shows starts >= store time - retention),
+        # emit-on-close (docs/semantics.md §10.5): a time-ordered store (it shows starts >= store time - retention),
         # the closed windows it shows emitted after each record that reaches the end of processing
         self.on_close = on_close
         self.closing: list[tuple[int, bytes, int, Any, _Window]] = []  # every window put, by start then key
@@ -208,7 +208,7 @@ class _Replay:
                    for wid, start, ts, held in self.buffer.pending()])
 
     def _update(self, key: Any, start: int, window: _Window | None, seed: list[int], close: int, t: int) -> None:
-        """updateWindowAndForward (5.2): the record joins the window while its end >= close time; a new window
+        """updateWindowAndForward (docs/semantics.md §10.2): the record joins the window while its end >= close time; a new window
         (`window` None) starts from `seed` with timestamp t."""
         if start + self.diff < close:
             self.rows.append((REFUSED, None, None, start, None, None, None, None, self.seq))
@@ -221,13 +221,13 @@ class _Replay:
         self._forward(key, window, UPDATE)
 
     def process(self, seq: int, key: Any, t: int, st: int) -> None:
-        """kafka-streams.md 5.1 steps 2-5 for one record with a key and a value; then, emitting on close, 5.4
-        (not after an early record or one dropped at once)."""
+        """docs/semantics.md §10.2-§10.3 for one record with a key and a value; then, emitting on close,
+        §10.5 (not after an early record or one dropped at once)."""
         if self._process(seq, key, t, st) and self.on_close:
             self.emit_closed(st)
 
     def _process(self, seq: int, key: Any, t: int, st: int) -> bool:
-        """5.1 steps 2-5; whether the record reached the end of processing."""
+        """§10.2-§10.3; whether the record reached the end of processing."""
         d = self.diff
         self.seq, self.out = seq, 0
         close = st - self.grace
@@ -274,7 +274,7 @@ class _Replay:
         return True
 
     def _early(self, key: Any, t: int, close: int) -> None:
-        """kafka-streams.md 5.3: records before D share [0, D]; right windows as usual (forward read)."""
+        """docs/semantics.md §10.1: records before D share [0, D]; right windows as usual (forward read)."""
         windows = self.windows.get(key, {})
         combined: _Window | None = None
         right: tuple[list[int], int] | None = None

@@ -1,5 +1,5 @@
-"""Part: operators. Time windows (kafka-streams.md 3.1): epoch-aligned, no negative starts, end exclusive; join windows
-(3.4)."""
+"""Part: operators. Time windows (docs/semantics.md §4.1): epoch-aligned, no negative starts, end exclusive; join windows
+(docs/semantics.md §5)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,13 +47,13 @@ class TimeWindows:
         return F.sequence(self.first_start(ts), self.last_start(ts), F.lit(self.advance).cast("long"))
 
 
-# outer-store side byte (kafka-streams.md 10.3): right rows sort before left rows of equal timestamp
+# outer-store side byte (docs/semantics.md §5.3): right rows sort before left rows of equal timestamp
 LEFT, RIGHT = 1, 0
 
 
 @dataclass(frozen=True)
 class JoinWindows:
-    """JoinWindows before/after/grace in ms (kafka-streams.md 3.4); eager: the spurious-result fix disabled."""
+    """JoinWindows before/after/grace in ms (docs/semantics.md §5.1, §5.4); eager: the spurious-result fix disabled."""
 
     before: int
     after: int
@@ -62,21 +62,21 @@ class JoinWindows:
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinWindows:
-        """From a validated join spec; eager without grace defaults as JoinWindows.of did (3.4)."""
+        """From a validated join spec; eager without grace defaults as JoinWindows.of did (docs/semantics.md §5.4)."""
         w = spec.window
         grace = w.grace if w.grace is not None else max(DAY_MS - (w.before + w.after), 0)
         return cls(before=w.before, after=w.after, grace=grace, eager=spec.eager)
 
     @property
     def retention(self) -> int:
-        """Join store retention R = before + after + G (kafka-streams.md 9)."""
+        """Join store retention R = before + after + G (docs/semantics.md §5.2)."""
         return self.before + self.after + self.grace
 
     def look_back(self, side: int) -> int:
-        """Processor-side look-back/ahead: `after` for left rows, `before` for right rows (10.1, 10.4)."""
+        """Processor-side look-back/ahead: `after` for left rows, `before` for right rows (docs/semantics.md §5.1, §5.3)."""
         return self.after if side == LEFT else self.before
 
     def bounds(self, side: int, t: int) -> tuple[int, int]:
-        """[from, to] of the other side's rows a record of `side` at t looks up (10.1, clamped at 0)."""
+        """[from, to] of the other side's rows a record of `side` at t looks up (docs/semantics.md §5.1, clamped at 0)."""
         back, ahead = (self.before, self.after) if side == LEFT else (self.after, self.before)
         return max(0, t - back), max(0, t + ahead)

@@ -1,1 +1,1 @@
-"""Part: order. Processing order: tasks, merge keys, sequence numbers and stream time (kafka-streams.md 2)."""
+"""Part: order. Processing order: tasks, merge keys, sequence numbers and stream time (docs/semantics.md §2, §3)."""

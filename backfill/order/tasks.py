@@ -1,26 +1,27 @@
-"""Part: order. Task order without a sequential merge (DESIGN.md decision 3, kafka-streams.md 2.1).
+"""Part: order. Each task's processing order and its running values (docs/semantics.md §2, §3).
 
 A task owns partition p of every co-partitioned input. Kafka Streams processes each input partition in
-offset order and merges the task's partitions greedily by head-record timestamp. That order equals a
-sort by (prefix max timestamp of the record's own partition, source rank, partition, offset): ties
-between queues are broken by source rank (declaration order), which Kafka's heap leaves undefined.
+offset order and takes the next record from the queue whose head has the smallest timestamp, as a
+`java.util.PriorityQueue` of the task's queues gives it (§2.2-§2.5). A task of one queue is its offset
+order. A task of several is merged by backfill's operator (jvm/ops `MergedQueues`), which replays that heap
+in two streamed passes, or, in a session without the operator's jar, by the same rule in Python per task
+(order/merge.py).
 """
 from __future__ import annotations
 
 import functools
-from operator import or_
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from operator import or_
 from typing import Any
-
-from py4j.java_gateway import JavaClass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import OrderingError
+from backfill.session import jvm_operator
 
-MERGE_KEY = ("_partition_time", "source_rank", "partition", "offset")
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
 CHUNKED_PARTITIONS: int | None = None  # tests: order every one-queue input in chunks, over this many partitions
 SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimates them (parquet, Delta)
@@ -34,15 +35,14 @@ RARE = ("_problem", "_where", "_raw_ts", "_fatal")
 _RARE = "_rare"
 
 
-def task_window(given_order: bool) -> Window:
-    """The per-task processing order: the merge key, or a recorded `seq` (order_by)."""
-    keys = ("seq", "source_rank", "offset") if given_order else MERGE_KEY
-    return Window.partitionBy("task").orderBy(*keys)
+def recorded_order() -> Window:
+    """A recorded processing order (order_by: the source's `seq`), per task."""
+    return Window.partitionBy("task").orderBy("seq", "source_rank", "offset")
 
 
 def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
                   single_queue: bool = False, stored: list[DataFrame] | None = None,
-                  constants: Mapping[str, Any] | None = None) -> DataFrame:
+                  constants: Mapping[str, Any] | None = None, queues: Queues | None = None) -> DataFrame:
     """Add `task`, `seq` (1-based, per task), the partition time with and before the record, and one
     stream time per operator (backfill/columns.py).
 
@@ -53,11 +53,18 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
 
     `stream_times` maps a column name to the predicate of records reaching that operator: its stream
     time is the running max of `ts` over those records in task order, this record included
-    (processor-local stream time, kafka-streams.md 0).
+    (processor-local stream time, docs/semantics.md §3.1).
 
     `constants`: columns with this one value in every record (a one-source plan's `source` and `source_rank`).
     Where the ordering streams, they are not carried through its shuffle and sort but put back after it.
+
+    `queues`: for several queues per task, the sources in declaration order, their sub-topologies and
+    read bounds (the merge's rule: order/merge.py); None: one sub-topology, no bounds, sources by rank.
     """
+    if not single_queue and not given_order:
+        return _several_queues(df, stream_times, queues)
+    if given_order and queues is not None and merged_queues_operator(df) is not None:
+        return _recorded_streamed(df, stream_times, queues)
     if single_queue and not given_order:
         streamed = running_values_operator(df)
         if streamed is not None and not CHUNKED_PARTITIONS:
@@ -75,7 +82,7 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
         queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
     # partition time so far (this record included) and before it; unordered ts (null) are ignored by max
     so_far = queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    order = queue if single_queue and not given_order else task_window(given_order)
+    order = queue if single_queue and not given_order else recorded_order()
     running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     if given_order:  # the recorded order itself, across tasks (a rules operator's arrival axis)
         df = df.withColumn("_recorded_seq", F.col("seq"))
@@ -87,7 +94,7 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
                          for name, reaches in stream_times.items()}}
     # the window columns of one order in one select: Spark computes them in one pass over the sorted task (a
     # column added on its own, over a column computed for it, is a second pass that buffers the task again).
-    # Several queues are merged by partition time: it is computed first
+    # a recorded order over several queues is another window: the partition times are computed first
     steps = [{**times, **running_values}] if order is queue else [times, running_values]
     for added in steps:
         df = df.select(*[c for c in df.columns if c not in added], *[v.alias(k) for k, v in added.items()])
@@ -97,13 +104,68 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
 def running_values_operator(df: DataFrame) -> Any | None:
     """backfill's own operator (jvm/ops: RunningValues), or None where its jar is not loaded (a session built
     without it: the ordering then uses Spark's windows, same values)."""
-    if not USE_OPERATOR:
-        return None
-    try:
-        found = df.sparkSession._jvm.io.backfill.spark.RunningValues  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - a remote session has no JVM gateway
-        return None
-    return found if isinstance(found, JavaClass) else None
+    return _operator(df, "RunningValues")
+
+
+def merged_queues_operator(df: DataFrame) -> Any | None:
+    """backfill's merge of several queues (jvm/ops: MergedQueues), or None where its jar is not loaded."""
+    return _operator(df, "MergedQueues")
+
+
+def _operator(df: DataFrame, name: str) -> Any | None:
+    return jvm_operator(df.sparkSession, name) if USE_OPERATOR else None  # None over Spark Connect
+
+
+@dataclass(frozen=True)
+class Queues:
+    """What the merge of a task's queues needs to know of them (docs/semantics.md §2.3-§2.5)."""
+
+    names: tuple[str, ...]  # the sources (the `source` column) in declaration order
+    groups: Mapping[str, int] = field(default_factory=dict)  # each source's sub-topology (default 0)
+    until: Mapping[str, int | None] = field(default_factory=dict)  # each source's cool-down bound, if any
+
+    def index(self) -> Column:
+        """The queue's number in `names` (null: a source the list does not name)."""
+        return _lookup({n: i for i, n in enumerate(self.names)})
+
+    def group(self) -> Column:
+        return F.coalesce(_lookup({n: self.groups.get(n, 0) for n in self.names}), F.lit(0))
+
+    def bounds(self) -> list[int | None]:
+        return [self.until.get(n) for n in self.names]
+
+
+def _lookup(values: Mapping[str, int]) -> Column:
+    pairs = [x for name, v in values.items() for x in (F.lit(name), F.lit(v))]
+    return F.create_map(*pairs)[F.col("source")].cast("int") if pairs else F.lit(None).cast("int")
+
+
+class _Narrow:
+    """Records made as narrow as they go for a shuffle and sort, and put back whole after it: `constants`
+    are left out, `partition` is `task`, and the RARE columns, null but for a few records, travel as one
+    struct that is null for the others (`_raw_ts` is carried only where a policy made it differ from `ts`)."""
+
+    def __init__(self, df: DataFrame, constants: Mapping[str, Any]) -> None:
+        self.types = {f.name: f.dataType for f in df.schema.fields}
+        self.kept = {name: value for name, value in constants.items() if name in self.types}
+        self.rare = [c for c in RARE if c in self.types]
+
+    def pack(self, prepared: DataFrame) -> DataFrame:
+        unusual = [F.col(c).isNotNull() for c in self.rare if c != "_raw_ts"]
+        if "_raw_ts" in self.rare:
+            unusual.append(~F.col("_raw_ts").eqNullSafe(F.col("ts")))
+        packed = {_RARE: F.when(functools.reduce(or_, unusual, F.lit(False)), F.struct(*self.rare))} \
+            if self.rare else {}
+        return prepared.withColumns(packed).drop(*self.kept, *self.rare, "partition")
+
+    def restore(self, out: DataFrame, columns: list[str], added: list[str]) -> DataFrame:
+        """`columns` in their place with their types, then `added`."""
+        types, rare = self.types, self.rare
+        back = {**{c: F.lit(v).cast(types[c]) for c, v in self.kept.items()},
+                **{c: F.col(f"{_RARE}.{c}") for c in rare}, "partition": F.col("task")}
+        if "_raw_ts" in rare:
+            back["_raw_ts"] = F.when(F.col(_RARE).isNull(), F.col("ts")).otherwise(F.col(f"{_RARE}._raw_ts"))
+        return out.select(*[back[c].alias(c) if c in back else c for c in columns], *added)
 
 
 def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], operator: Any,
@@ -112,34 +174,110 @@ def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], opera
     offset) within Spark partitions spread by task, and one pass over each sorted partition computes every
     running value as the records stream by (RunningValues: constant memory, where a Spark window buffers a
     whole task). Same values as the windows of order_records (tests/test_order_chunks.py compares them).
-    The shuffle and the sort (which spills at 100M records) carry each record as narrow as it goes: the
-    `constants` are put back after the operator, `partition` is `task` again, and the RARE columns, null
-    but for a few records, travel as one struct that is null for the others. Each comes back in its place;
-    the stream times' predicates are computed before (they may read any of them)."""
+    The shuffle and the sort (which spills at 100M records) carry each record as narrow as it goes
+    (`_Narrow`); the stream times' predicates are computed before (they may read any column)."""
     added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
     flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
-    partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
-    types = {f.name: f.dataType for f in df.schema.fields}
-    kept = {name: value for name, value in constants.items() if name in types}
-    rare = [c for c in RARE if c in types]
+    partitions = _shuffle_partitions(df)
+    narrow = _Narrow(df, constants)
     prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns])
     columns = prepared.columns
-    # `_raw_ts` is the record's `ts` but where a policy changed it: carried only then
-    unusual = [F.col(c).isNotNull() for c in rare if c != "_raw_ts"]
-    if "_raw_ts" in rare:
-        unusual.append(~F.col("_raw_ts").eqNullSafe(F.col("ts")))
-    packed = {_RARE: F.when(functools.reduce(or_, unusual, F.lit(False)), F.struct(*rare))} if rare else {}
-    prepared = prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags, **packed}) \
-        .drop(*kept, *rare, "partition") \
+    prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags})) \
         .repartition(partitions, "task").sortWithinPartitions("task", "offset")
     jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
     out = DataFrame(jdf, df.sparkSession)
     values = [c for c in out.columns if c not in {*columns, *flags, "_counted", _RARE}]  # the running values
-    back = {**{c: F.lit(v).cast(types[c]) for c, v in kept.items()}, **{c: F.col(f"{_RARE}.{c}") for c in rare},
-            "partition": F.col("task")}
-    if "_raw_ts" in rare:
-        back["_raw_ts"] = F.when(F.col(_RARE).isNull(), F.col("ts")).otherwise(F.col(f"{_RARE}._raw_ts"))
-    return out.select(*[back[c].alias(c) if c in back else c for c in columns], *values)
+    return narrow.restore(out, columns, values)
+
+
+def _shuffle_partitions(df: DataFrame) -> int:
+    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)
+
+
+def _streamed_heads(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues, operator: Any
+                    ) -> tuple[DataFrame, _Narrow, list[str], dict[str, Column], int]:
+    """The first pass of MergedQueues: the records narrowed, spread by task, sorted by (task, queue, offset),
+    each with its queue's running values (partition time, merge key, next head) and each queue's marker."""
+    added = ("seq", "_partition_time", "_partition_time_before", *stream_times)
+    flags = {f"_reaches{i}": F.coalesce(reaches, F.lit(False)) for i, reaches in enumerate(stream_times.values())}
+    partitions = _shuffle_partitions(df)
+    narrow = _Narrow(df, {})
+    prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns])
+    columns = prepared.columns
+    prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), "_queue": queues.index(),
+                                                 "_group": queues.group(), **flags})) \
+        .repartition(partitions, "task").sortWithinPartitions("task", "_queue", "offset")
+    heads = DataFrame(operator.heads(prepared._jdf, "task", "_queue", "ts", "_counted", queues.bounds(), partitions),
+                      df.sparkSession)
+    return heads, narrow, columns, flags, partitions
+
+
+def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues | None) -> DataFrame:
+    """order_records for tasks of several queues: merged as Kafka Streams' heap takes them (§2.2-§2.5), by
+    backfill's operator where its jar is loaded, else by the same rule in Python per task."""
+    if queues is None:
+        raise OrderingError("internal error: the queues of a task of several were not given")
+    operator = merged_queues_operator(df)
+    if operator is None:
+        return _several_queues_by_task(df, stream_times, queues)
+    heads, narrow, columns, flags, partitions = _streamed_heads(df, stream_times, queues, operator)
+    # a greedy merge by head timestamp takes rows in non-decreasing merge key: only ties change places
+    heads = heads.sortWithinPartitions("task", F.col("_merge_key").asc_nulls_first(), "_group", "_queue", "offset")
+    jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
+                         list(stream_times), len(queues.names), partitions)
+    return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
+
+
+def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
+    """order_records for a recorded order (order_by): each queue's partition time in offset order, then the
+    running values in the recorded order (seq, source rank, offset), both streamed (MergedQueues); the
+    source's own `seq` is kept as `_recorded_seq`."""
+    operator = merged_queues_operator(df)
+    recorded = df.withColumn("_recorded_seq", F.col("seq"))
+    heads, narrow, columns, flags, partitions = _streamed_heads(recorded, stream_times, queues, operator)
+    heads = heads.sortWithinPartitions("task", "_recorded_seq", "source_rank", "offset")
+    jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
+                         list(stream_times), max(len(queues.names), 1), partitions, True)
+    return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
+
+
+def _several_queues_by_task(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
+    """_several_queues without the operator: each task's merge positions in Python (order/merge.py) over the
+    few columns it reads, joined back; the running values are windows over the task in that order."""
+    task_df = df.withColumn("task", F.col("partition")).withColumn("_queue", queues.index())
+    queue = Window.partitionBy("task", "_queue").orderBy("offset")
+    task_df = task_df.withColumns({
+        "_partition_time": F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
+        "_partition_time_before": F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, -1))})
+    bounds = queues.bounds()
+    narrow = task_df.select("task", "_queue", queues.group().alias("_group"), "topic", "offset", "ts",
+                            F.col("_drop").isNull().alias("_counted"))
+    schema = "task int, _queue int, offset long, _merge_pos long"
+
+    def positions(rows: Any) -> Any:
+        import pandas as pd
+
+        from backfill.order.merge import task_order
+
+        records = [{"queue": None if pd.isna(q) else int(q), "group": int(g), "topic": t, "offset": int(o),
+                    "ts": None if pd.isna(ts) else int(ts), "counted": bool(c)}
+                   for q, g, t, o, ts, c in zip(rows["_queue"], rows["_group"], rows["topic"], rows["offset"],
+                                                rows["ts"], rows["_counted"])]
+        return pd.DataFrame({"task": rows["task"], "_queue": rows["_queue"], "offset": rows["offset"],
+                             "_merge_pos": task_order(records, bounds)})
+
+    merged = narrow.groupBy("task").applyInPandas(positions, schema) \
+        .select(*[F.col(c).alias(f"_m{c}") for c in ("task", "_queue", "offset")], "_merge_pos")
+    on = (F.col("task").eqNullSafe(F.col("_mtask")) & F.col("_queue").eqNullSafe(F.col("_m_queue"))
+          & (F.col("offset") == F.col("_moffset")))
+    task_df = task_df.join(merged, on, "left").drop("_mtask", "_m_queue", "_moffset")
+    order = Window.partitionBy("task").orderBy("_merge_pos").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    running = {"seq": F.count(F.when(F.col("_drop").isNull(), 1)).over(order).cast("long"),
+               **{name: F.max(F.when(reaches, F.col("ts"))).over(order) for name, reaches in stream_times.items()}}
+    return task_df.select(*[c for c in task_df.columns if c not in running], *[v.alias(k) for k, v in running.items()]) \
+        .drop("_queue", "_merge_pos")
 
 
 def check_copartitioned(partition_counts: Mapping[str, int], operator: str) -> int:

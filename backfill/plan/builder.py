@@ -4,6 +4,7 @@ from __future__ import annotations
 from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
+from backfill.jobspec.rekeys import subtopologies
 from backfill.ops.base import Operator
 from backfill.ops.registry import operator_for
 from backfill.plan.definition import Plan, SourcePlan
@@ -59,6 +60,16 @@ def _check_recorded_order(job: Job) -> None:
                           "a recorded order must cover every source of the job")
 
 
+def _flow_control(job: Job, name: str) -> str:
+    """How a task takes this source's records (docs/semantics.md §2.2-§2.5), as `plan` says it."""
+    groups = subtopologies(job.spec.operators, list(job.spec.sources))
+    partners = [s for s in job.spec.sources if s != name and groups[s] == groups[name]]
+    if not partners:
+        return "offset order (the only queue of its tasks)"
+    return (f"flow control: each task merges it with {', '.join(partners)} by head timestamp, ties as Java's "
+            "PriorityQueue takes them (queues first offered in topic-name order)")
+
+
 def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...],
                  start: int | None, end: int | None) -> SourcePlan:
     spec = job.spec.sources[name]
@@ -68,7 +79,7 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
     location = job.resolve(spec.path) if spec.path else f"kafka {spec.kafka.topic if spec.kafka else ''}"
     return SourcePlan(name=name, format=spec.format, location=location, rank=rank, timestamp=ts,
                       on_invalid=spec.timestamp.on_invalid,
-                      order=f"recorded order ({spec.order_by})" if spec.order_by else "flow control (merge by head timestamp)",
+                      order=f"recorded order ({spec.order_by})" if spec.order_by else _flow_control(job, name),
                       spec=spec,
                       read_from=start - max(op.warmup_ms for op in readers)
                       if readers and start is not None and not any(op.reads_all for op in readers) else None,

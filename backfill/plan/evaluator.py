@@ -32,9 +32,9 @@ from backfill.io.sources import read_source
 from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.join import as_processed
-from backfill.jobspec.rekeys import copied, rekeys, stream_name
+from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
-from backfill.order.tasks import check_copartitioned, order_records, spread_partitions
+from backfill.order.tasks import Queues, check_copartitioned, order_records, spread_partitions
 from backfill.plan import fused
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
@@ -164,8 +164,11 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
                     for name, col in op.stream_time_columns().items()}
     one = plan.sources[0] if len(plan.sources) == 1 else None
     constants = {"source": one.name, "source_rank": one.rank} if one is not None else None  # io/sources.py
+    names = [s.name for s in plan.sources]
+    queues = Queues(tuple(names), subtopologies(plan.job.spec.operators, names),
+                    {s.name: s.read_until for s in plan.sources})
     ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=one is not None,
-                            stored=stored, constants=constants)
+                            stored=stored, constants=constants, queues=queues)
     if rekeyed:
         ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
     check_declared(ordered)
@@ -196,7 +199,8 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
         parts = [repartition(r, ordered, n, beyond) for r in topics]
         parts += [as_is(ordered, src, name, beyond) for src, name in copied(op.spec)]
         derived = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-        frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1))
+        streams = Queues((*[r.topic for r in topics], *[name for _, name in copied(op.spec)]))
+        frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1, queues=streams))
         for r in topics:
             summary.repartitions[r.topic] = {"from": r.input, "key": r.spec.key, "partitions": n, "operator": op.name}
     types = {f.dataType for df in frames for f in df.schema.fields if f.name == "key"}
@@ -322,7 +326,7 @@ def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
 
 def operator_windows(plan: Plan, spark: SparkSession, operator: str, spec: Any) -> DataFrame:
     """An `emit: final` window operator's closed windows as the run computes them, but with the operator's
-    job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md 4.5); nothing is
+    job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md §4.5); nothing is
     published."""
     op = next(o for o in plan.operators if o.name == operator)
     other = dataclasses.replace(op, spec=spec)
@@ -642,5 +646,6 @@ def _both(first: Callable[[DataFrame], None] | None, then: Callable[[DataFrame],
 
 
 def _commit_metadata(plan: Plan, summary: RunSummary, what: str) -> dict[str, str]:
+    table = plan.job.spec.sinks[what].table if what in plan.job.spec.sinks else None
     return {"backfill.job": plan.job.spec.name, "backfill.run_id": summary.run_id, "backfill.output": what,
-            "backfill.range": json.dumps([plan.start, plan.end])}
+            "backfill.range": json.dumps([plan.start, plan.end]), **({"backfill.table": table} if table else {})}

@@ -35,7 +35,7 @@ def explain(plan: Plan) -> str:
     """A few lines a person reads before running: inputs, range, operators, warm-up and cool-down."""
     flink = all(o.kind == "rules" for o in plan.operators)
     lines = [f"job {plan.job.spec.name} ({plan.job.path})",
-             "rules: Flink's fraud-detection pattern (lookback rules, docs/semantics.md section 12)" if flink else
+             "rules: Flink's fraud-detection pattern (lookback rules, docs/semantics.md §12)" if flink else
              f"rules: Kafka Streams {plan.kafka_streams}"
              + (" (the default; set kafka_streams: to the version the application runs)"
                 if plan.job.spec.kafka_streams is None else ""),

@@ -80,7 +80,7 @@ def check_sinks_declared(job: Job) -> None:
 
 
 def check_semantics(job: Job) -> None:
-    """`semantics: flink` is the rule engine's: rules follow flink.md whatever the job says, and the window
+    """`semantics: flink` is the rule engine's: rules follow docs/semantics.md §12 whatever the job says, and the window
     aggregates and joins of this version follow Kafka Streams only."""
     if job.spec.semantics == "flink":
         other = [op.name for op in job.spec.operators if op.rules is None]

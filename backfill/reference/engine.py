@@ -1,9 +1,9 @@
-"""Part: reference engine. The reference engine (DESIGN.md decision 5): one record at a time, as literally as the spec
+"""Part: reference engine. The reference engine (docs/architecture.md): one record at a time, as literally as the spec
 reads.
 
-RecordQueue per input partition (offset order, lazy timestamp extraction, kafka-streams.md 1.1),
-PartitionGroup per task (greedy pick of the smallest head timestamp, ties by source rank, 2.1), and
-each operator with its own stream time and per-task state (4.1). It is the oracle of the property
+RecordQueue per input partition (offset order, lazy timestamp extraction, docs/semantics.md §1),
+PartitionGroup per task and sub-topology (Java's heap of queues keyed by head timestamp, §2.2-§2.5), and
+each operator with its own stream time and per-task state (§3.1). It is the oracle of the property
 tests and runs tiny jobs with `--engine reference`; it is never the fast path.
 """
 from __future__ import annotations
@@ -12,17 +12,18 @@ import heapq
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from backfill.errors import SourceError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
-from backfill.jobspec.rekeys import copied, rekeys, repartition_count
+from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopologies
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.flinkrules import run_rules
 from backfill.reference.join import StreamJoin
+from backfill.reference.partition_group import partition_group
 from backfill.reference.records import ledger_row, read_records
 from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
@@ -64,6 +65,7 @@ class Queue:
                  given_order: bool = False) -> None:
         self.source, self.rank = source, rank
         self.items = sorted(records, key=lambda r: r["offset"])
+        self.topic = str(self.items[0]["topic"]) if self.items else source
         self.spec, self.on_error, self.result = spec, on_error, result
         self.start, self.until = start, until
         self.given_order = given_order
@@ -151,7 +153,7 @@ class WindowAggregate:
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """kafka-streams.md 4.1, steps 1-5."""
+        """docs/semantics.md §4.2-§4.5, for one record."""
         if rec["key"] is None:  # step 1: dropped, stream time not advanced
             st = self.stream_time if self.stream_time >= 0 else None
             self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
@@ -251,7 +253,7 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
 
 
 def _run_rules(job: Job, result: ReferenceResult) -> None:
-    """Rules operators (flink.md 6, 7): every record of both sources, each source's ledger rows first."""
+    """Rules operators (docs/semantics.md §12): every record of both sources, each source's ledger rows first."""
     records: dict[str, list[dict[str, Any]]] = {}
     for rank, (name, spec) in enumerate(job.spec.sources.items()):
         recs = read_records(job, name, raw_json=True)
@@ -300,7 +302,9 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
     ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators if op.name not in repartitions}
     seq = 0
     order = result.order.setdefault(task, [])
-    for queue, rec in _task_order(queues, given=any(q.given_order for q in queues)):
+    groups = subtopologies(job.spec.operators, list(job.spec.sources))
+    for queue, rec in _task_order(queues, given=any(q.given_order for q in queues),
+                                  group=lambda q: groups.get(q.source, 0)):
         seq += 1
         for op in job.spec.operators:
             if queue.source not in op.inputs:
@@ -337,8 +341,8 @@ class _Stream:
 
     given_order = False
 
-    def __init__(self, rank: int, records: list[dict[str, Any]]) -> None:
-        self.rank, self.records, self.pos = rank, records, 0
+    def __init__(self, topic: str, rank: int, records: list[dict[str, Any]]) -> None:
+        self.topic, self.rank, self.records, self.pos = topic, rank, records, 0
         self.head = records[0] if records else None
 
     def poll(self) -> dict[str, Any]:
@@ -353,7 +357,8 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
     rules = versions.profile(job.spec.kafka_streams)
     for q in sorted({q for t in topics for q in t.written}):
         processor = _processor(op, q, result, rules)
-        streams = [_Stream(t.rank, t.partition(q)) for t in topics]
+        streams = [_Stream(t.name if isinstance(t, Repartition) else _topic_of(t.partition(q), t.name), t.rank,
+                           t.partition(q)) for t in topics]
         for seq, (_, rec) in enumerate(_task_order(streams, given=False), 1):  # type: ignore[arg-type]
             processor.process(rec, seq)
         processor.finish()
@@ -372,8 +377,14 @@ def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: vers
     return WindowAggregate(op, task, result)
 
 
-def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[str, Any]]]:
-    """Greedy merge by head timestamp (kafka-streams.md 2.1), or the recorded order (order_by)."""
+def _topic_of(records: list[dict[str, Any]], default: str) -> str:
+    return str(records[0]["topic"]) if records else default
+
+
+def _task_order(queues: list[Queue], given: bool, group: Callable[[Queue], int] = lambda q: 0
+                ) -> Iterator[tuple[Queue, dict[str, Any]]]:
+    """The task's processing order (docs/semantics.md §2): the recorded order (order_by), else one
+    PartitionGroup per sub-topology (§2.5), their orders merged into one by partition time."""
     if given:
         drained = []
         for q in queues:
@@ -381,14 +392,22 @@ def _task_order(queues: list[Queue], given: bool) -> Iterator[tuple[Queue, dict[
                 drained.append((q, q.poll()))
         yield from sorted(drained, key=lambda qr: (qr[1]["seq"], qr[0].rank, qr[1]["offset"]))
         return
-    heap = [(q.head["ts"], q.rank, i) for i, q in enumerate(queues) if q.head is not None]
-    heapq.heapify(heap)
-    while heap:
-        _, _, i = heapq.heappop(heap)
-        queue = queues[i]
-        yield queue, queue.poll()
-        if queue.head is not None:
-            heapq.heappush(heap, (queue.head["ts"], queue.rank, i))
+    by_group: dict[int, list[Queue]] = defaultdict(list)
+    for q in queues:
+        by_group[group(q)].append(q)
+    orders = [_keyed(partition_group(qs, lambda q: q.topic, lambda q: q.rank), g) for g, qs in sorted(by_group.items())]
+    # each sub-topology's records come in non-decreasing partition time (§2.5): one task order merges them
+    for _, _, queue, rec in heapq.merge(*orders, key=lambda e: (e[0], e[1])):
+        yield queue, rec
+
+
+def _keyed(order: Iterator[tuple[Queue, dict[str, Any]]], group: int
+           ) -> Iterator[tuple[int, int, Queue, dict[str, Any]]]:
+    """Each record with its partition time (its queue's largest timestamp so far, its own included)."""
+    times: dict[int, int] = {}
+    for queue, rec in order:
+        times[id(queue)] = max(times.get(id(queue), rec["ts"]), rec["ts"])
+        yield times[id(queue)], group, queue, rec
 
 
 def _apply_range(job: Job, result: ReferenceResult) -> None:

@@ -1,4 +1,4 @@
-"""Part: reference engine. The lookback rule engine (flink.md 6, 7), one message at a time, as literally as it reads.
+"""Part: reference engine. The lookback rule engine (docs/semantics.md §12), one message at a time, as literally as it reads.
 
 Rule messages and transactions are replayed on one arrival axis (the recorded `seq`, else the record
 timestamp; a rule before a transaction at the same place, then partition and offset). With `order: arrival`
@@ -252,7 +252,7 @@ class _Engine:
         return key if self.demo else (rule.rule_id, key)
 
     def _process(self, ev: Event, rule: Rule) -> None:
-        """DynamicAlertFunction.processElement (flink.md 6.5) for one fork."""
+        """DynamicAlertFunction.processElement (docs/semantics.md §12.4) for one fork."""
         assert ev.doc is not None and ev.t is not None
         key = "{" + ";".join(f"{name}={text_of(ev.doc.get(name))}" for name in rule.keys) + "}"
         state = self.states[self._state_key(rule, key)]

@@ -1,11 +1,11 @@
-"""Part: reference engine. KStream-KStream join for one task, record at a time (kafka-streams.md 9, 10, 11), as
+"""Part: reference engine. KStream-KStream join for one task, record at a time (docs/semantics.md §5), as
 literally as the spec reads.
 
-Both join processors of a task share one time tracker (join stream time ST_j and minTime, 10.1). Each side
+Both join processors of a task share one time tracker (join stream time ST_j and minTime, docs/semantics.md §5.3). Each side
 has a window store with duplicates (retention R = before + after + G; a row is visible iff
 ts > storeST - R; an expired write is dropped, 9). Left/outer joins with the spurious-result fix keep an
 outer store of non-joined rows keyed (ts, side byte, key bytes) and emit them once their window has closed
-(10.3, 10.4). The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable, 14.2).
+(§5.3). The wall-clock throttle is taken as 0, as in TopologyTestDriver (unknowable, §5.6).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from backfill.reference.rules import (IMMEDIATE, JAVA_MAX, JOINED, JOINER_FIELDS
 
 
 def key_bytes(key: Any) -> bytes:
-    """The serialized key the outer store sorts by (10.3): UTF-8 text, 8-byte big-endian long, raw bytes."""
+    """The serialized key the outer store sorts by (docs/semantics.md §5.3): UTF-8 text, 8-byte big-endian long, raw bytes."""
     if isinstance(key, bytes):
         return key
     if isinstance(key, int):
@@ -43,17 +43,17 @@ class StreamJoin:
         self.outer_sides = {"inner": set(), "left": {LEFT}, "outer": {LEFT, RIGHT}}[spec.how]
         self.joiner = compile_scalar(spec.value)
         self.rules = rules or versions.profile(None)
-        self.stream_time = -1  # ST_j, shared by both processors (10.1)
+        self.stream_time = -1  # ST_j, shared by both processors (docs/semantics.md §5.1)
         self.min_time = JAVA_MAX
         self.store_time = {LEFT: -1, RIGHT: -1}  # storeST per window store (9)
         self.stores: dict[int, dict[Any, list[tuple[int, int, dict[str, Any]]]]] = {
             LEFT: defaultdict(list), RIGHT: defaultdict(list)}
-        # outer store: (ts, side byte, key bytes) -> [(record, seq)], only with the fix (10.2 step 6, 10.6)
+        # outer store: (ts, side byte, key bytes) -> [(record, seq)], only with the fix (docs/semantics.md §5.3, §5.4)
         self.outer: dict[tuple[int, int, bytes], list[tuple[dict[str, Any], int]]] | None = (
             {} if self.outer_sides and not self.windows.eager else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """kafka-streams.md 10.2 steps 1-7 for the processor of the record's side."""
+        """docs/semantics.md §5.1-§5.5 for the processor of the record's side."""
         side = LEFT if rec["source"] == self.left else RIGHT
         t, key, value = rec["ts"], rec["key"], rec["value"]
         if not self.rules.join_null_keys_reach_join and key is None:
@@ -106,7 +106,7 @@ class StreamJoin:
         self.stores[side][rec["key"]].append((t, seq, rec))
 
     def _emit_closed(self, seq: int, side: int) -> None:
-        """emitNonJoinedOuterRecords (10.4), throttle 0: forward closed rows in outer-store order."""
+        """emitNonJoinedOuterRecords (docs/semantics.md §5.3), throttle 0: forward closed rows in outer-store order."""
         assert self.outer is not None
         w = self.windows
         ahead = w.after if side == LEFT else w.before  # the processor's joinAfterMs

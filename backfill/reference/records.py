@@ -9,7 +9,8 @@ from typing import Any
 
 from backfill.errors import SourceError
 from backfill.jobspec.load import Job
-from backfill.jobspec.models import SourceSpec
+from backfill.jobspec.models import REGISTRY_FORMATS, SourceSpec
+from backfill.reference.wire import Decoder, key_text
 
 
 def read_records(job: Job, name: str, raw_json: bool = False) -> list[dict[str, Any]]:
@@ -24,7 +25,9 @@ def read_records(job: Job, name: str, raw_json: bool = False) -> list[dict[str, 
         raise SourceError(f"sources.{name}.path: {location} does not exist")
     rows = _raw_rows(spec, location, name, exact=raw_json)
     schema = _schema_fields(job, spec)
-    records = [_canonical(row, spec, name, schema, raw_json) for row in rows]
+    decoders = {c: Decoder(job, getattr(spec, c), getattr(spec, c).format, c, [_binary(r, c, spec) for r in rows],
+                           f"sources.{name}.{c}") for c in ("key", "value") if getattr(spec, c).format in REGISTRY_FORMATS}
+    records = [_canonical(row, spec, name, schema, raw_json, decoders) for row in rows]
     if raw_json and job.spec.sources[name].value.format == "json":
         for rec in records:
             if rec["_problem"] is None and rec["value"] is not None and json_object(rec["value"]) is None:
@@ -83,6 +86,25 @@ def _jsonl(location: str, exact: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+def _binary(row: dict[str, Any], column: str, spec: SourceSpec) -> bytes | None:
+    """A registry-format key or value's bytes: base64 text under `<column>_b64` in a JSONL line, else bytes."""
+    if spec.format != "jsonl":
+        raw = row.get(spec.columns.get(column, column))
+        return bytes(raw) if isinstance(raw, (bytes, bytearray)) else None
+    text = row.get(column) if column in spec.columns else row.get(f"{column}_b64")
+    return _b64(text) if isinstance(text, str) else None
+
+
+def _b64(text: str) -> bytes | None:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
 def _exact_number(text: str) -> Any:
     """A JSON number with a fraction as Spark's variant reads it: exact, unless written with an exponent."""
     import decimal
@@ -117,6 +139,13 @@ def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str])
         if name not in row or row[name] is None:
             continue
         found = json_type(row[name])
+        if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
+            fmt = getattr(spec, column).format
+            if found != "string":
+                return f"unreadable {column}: {name} is a JSON {found}; {column}.format: {fmt} reads base64 text"
+            if _b64(row[name]) is None:
+                return f"unreadable {column}: {name} is not base64"
+            continue
         if column == "key":
             want = _KEY_WANTS[spec.key.format]
             if want is not None and found != want:
@@ -141,8 +170,8 @@ def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str])
 
 
 def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
-    """Top-level value fields -> JSON type, when the job names a schema."""
-    if not spec.value.schema_:
+    """Top-level value fields -> JSON type, when the job names a JSON schema."""
+    if not spec.value.schema_ or spec.value.format != "json":
         return None
     doc = json.loads(open(job.resolve(spec.value.schema_)).read())
     if doc.get("type") == "struct":
@@ -151,10 +180,13 @@ def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
 
 
 def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[str, str] | None,
-               raw_json: bool = False) -> dict[str, Any]:
+               raw_json: bool = False, decoders: dict[str, Decoder] | None = None) -> dict[str, Any]:
+    decoders = decoders or {}
+    binary = {c: _binary(row, c, spec) for c in decoders}
     if spec.format == "jsonl" and "_problem" not in row:
         fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
                                                        "headers")}
+        fields.update({c: spec.columns.get(c, f"{c}_b64") for c in decoders})
         if spec.order_by:
             fields["seq"] = spec.columns.get("seq", spec.order_by)
         problem = jsonl_problem(row, spec, fields)
@@ -168,10 +200,17 @@ def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[st
     problem = row.get("_problem")
     if problem is None and (row.get("partition") is None or row.get("offset") is None):
         problem = "unreadable record: no partition or offset"
-    key = _key(row.get("key"), spec.key.format)
-    if key is _BAD:
-        key, problem = None, problem or "unreadable key: not a long"
-    value, value_problem = _value(row.get("value"), spec, schema, raw_json)
+    if "key" in decoders:
+        key, key_problem = decoders["key"].decode(binary["key"] if problem is None else None)
+        key, problem = key_text(key), problem or key_problem
+    else:
+        key = _key(row.get("key"), spec.key.format)
+        if key is _BAD:
+            key, problem = None, problem or "unreadable key: not a long"
+    if "value" in decoders:
+        value, value_problem = decoders["value"].decode(binary["value"] if problem is None else None)
+    else:
+        value, value_problem = _value(row.get("value"), spec, schema, raw_json)
     return {"source": name, "topic": row.get("topic") or spec.topic or name, "partition": row.get("partition"),
             "offset": row.get("offset"), "key": key, "value": value, "timestamp": _millis(row.get("timestamp")),
             "seq": row.get(spec.order_by) if spec.order_by else None, "_problem": problem or value_problem}

@@ -1,6 +1,6 @@
 """Part: reference engine. Re-keying (`group_by`) one record at a time: the new key, its serialized bytes,
 Kafka's murmur2 partitioner, and the modelled order inside each repartition partition
-(kafka-streams.md 12; the Spark side is ops/repartition.py, whose docstring states the model). A re-keyed
+(docs/semantics.md §13; the Spark side is ops/repartition.py, whose docstring states the model). A re-keyed
 join also reads the input it keeps as it is, merged with the repartition partitions in its own tasks.
 """
 from __future__ import annotations
@@ -47,9 +47,20 @@ def partition_for(key_bytes: bytes, partitions: int) -> int:
     return (murmur2(key_bytes) & 0x7FFFFFFF) % partitions
 
 
-def serialize(key: Any, fmt: str | None) -> bytes:
+def serialize(key: Any, fmt: str | None, schema_id: int | None = None) -> bytes:
     """The new key as Kafka's String/Long/Integer serializer (or as bytes) writes it; the format, when not
-    declared, follows the value's type (a whole number is a long, as JSON numbers are read)."""
+    declared, follows the value's type (a whole number is a long, as JSON numbers are read). `avro`: fastavro's
+    encoding of the primitive after the registry's header (magic byte 0, `schema_id` as 4 bytes)."""
+    if fmt == "avro":
+        import io
+
+        import fastavro
+
+        kind = "boolean" if isinstance(key, bool) else "long" if isinstance(key, int) else \
+            "double" if isinstance(key, float) else "string"
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(kind), key if kind != "string" else str(key))
+        return b"\x00" + int(schema_id or 0).to_bytes(4, "big") + out.getvalue()
     if fmt is None:
         fmt = "bytes" if isinstance(key, bytes | bytearray) else "long" if isinstance(key, int) and not \
             isinstance(key, bool) else "string"
@@ -85,7 +96,7 @@ class Repartition:
         """Append the re-keyed record, remembering where the upstream task was (the interleaving model). A
         null key that passes goes to the upstream partition's number (the real producer picks one)."""
         q = rec["partition"] % self.partitions if key is None else \
-            partition_for(serialize(key, self.spec.format), self.partitions)
+            partition_for(serialize(key, self.spec.format, self.spec.schema_id), self.partitions)
         origin = {c: rec[c] for c in ("source", "topic", "partition", "offset")}
         self.written[q].append((partition_time, rec["partition"], rec["offset"],
                                 {**rec, "key": key, "_origin": origin}))

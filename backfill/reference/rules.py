@@ -1,9 +1,9 @@
 """Part: reference engine. The rules it needs, written again from the spec, never borrowed from the Spark engine.
 
 A mistake in a rule shared by both engines would pass every differential test, so the reference engine has
-its own: windowsFor (kafka-streams.md 3.1), join windows and retention (3.4, 9), the emission order of a
+its own: windowsFor (docs/semantics.md §4.1), join windows and retention (§5.1, §5.2), the emission order of a
 task (the documented `emit_seq` numbering), co-partitioning (2), and which event-time bounds a run over
-[start, end) reads (warm-up and cool-down, DESIGN.md "Boundaries"). It reads the job, never the plan.
+[start, end) reads (warm-up and cool-down, docs/semantics.md §6). It reads the job, never the plan.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from backfill.jobspec.models import OperatorSpec
 
 DAY_MS = 24 * 3600 * 1000
 JAVA_MAX = 2**63 - 1
-LEFT, RIGHT = 1, 0  # the outer store's side byte: right rows sort before left rows of equal timestamp (10.3)
+LEFT, RIGHT = 1, 0  # the outer store's side byte: right rows sort before left rows of equal timestamp (docs/semantics.md §5.3)
 # what a joiner expression may read of each side (`left.<f>`, `right.<f>`)
 JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 # emission phases of one processed join record: closed outer-store rows, joined pairs, its own non-joined row
@@ -74,7 +74,7 @@ class JoinWindows:
 
     @classmethod
     def of(cls, op: OperatorSpec) -> JoinWindows:
-        """A join operator's windows; JoinWindows.of without grace keeps 24 h minus the window (3.4)."""
+        """A join operator's windows; JoinWindows.of without grace keeps 24 h minus the window (docs/semantics.md §5.4)."""
         assert op.join is not None
         w = op.join.window
         grace = w.grace if w.grace is not None else max(DAY_MS - w.before - w.after, 0)
@@ -90,7 +90,7 @@ class JoinWindows:
         return self.after if side == LEFT else self.before
 
     def bounds(self, side: int, t: int) -> tuple[int, int]:
-        """The other side's timestamps [from, to] a record of `side` at t joins with, clamped at 0 (10.1)."""
+        """The other side's timestamps [from, to] a record of `side` at t joins with, clamped at 0 (docs/semantics.md §5.1)."""
         lo, hi = (t - self.before, t + self.after) if side == LEFT else (t - self.after, t + self.before)
         return max(0, lo), max(0, hi)
 

@@ -1,4 +1,4 @@
-"""Part: reference engine. KStreamSessionWindowAggregate for one task, record by record (kafka-streams.md 6, 9).
+"""Part: reference engine. KStreamSessionWindowAggregate for one task, record by record (docs/semantics.md §11).
 
 Sessions live in a per-key store; a record finds the sessions with end >= t - gap and start <= t + gap that
 the store still shows (end > store time - retention, retention = gap + grace), merges them with [t, t], and
@@ -52,13 +52,13 @@ class SessionAggregate:
                      if not isinstance(a, FoldAggregation)}
         self.names = list(spec.aggregations)
         self.stream_time = -1
-        self.store_time: int | None = None  # max session end ever written (kafka-streams.md 9)
+        self.store_time: int | None = None  # max session end ever written (docs/semantics.md §11.1)
         self.store: dict[Any, list[Session]] = {}
         self.suppress = (SuppressBuffer(self.gap + self.grace, result.outputs[op.name], task, numbered=True)
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """kafka-streams.md 6, steps 1-5."""
+        """docs/semantics.md §11.1-§11.3, for one record."""
         if rec["key"] is None:  # step 1 (null values are aggregated)
             st = self.stream_time if self.stream_time >= 0 else None
             self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
@@ -94,7 +94,7 @@ class SessionAggregate:
         for s in found:
             sessions.remove(s)
         # the store is keyed by (key, end, start): a put replaces a session with the same bounds that the store
-        # no longer shows (one that ended exactly at the close time, kafka-streams.md 9)
+        # no longer shows (one that ended exactly at the close time, docs/semantics.md §11.6)
         sessions[:] = [s for s in sessions if (s.start, s.end) != (start, end)]
         sessions.append(merged)
         self.store_time = end if self.store_time is None else max(self.store_time, end)

@@ -1,4 +1,4 @@
-"""Part: reference engine. KStreamSlidingWindowAggregate for one task, record by record (kafka-streams.md 5, 9).
+"""Part: reference engine. KStreamSlidingWindowAggregate for one task, record by record (docs/semantics.md §10).
 
 A window [start, start + D] exists only where records make it: the left window [t - D, t] of each record,
 the right window [t + 1, t + 1 + D] of a record when a later one falls into it, and [0, D] for every
@@ -35,7 +35,7 @@ class SlidingAggregate:
         self.aggs = {n: (compile_fold(a.fold.init, a.fold.step) if isinstance(a, FoldAggregation)
                          else compile_aggregate(a)) for n, a in spec.aggregations.items()}
         self.stream_time = -1
-        self.store_time: int | None = None  # max window start ever written (kafka-streams.md 9)
+        self.store_time: int | None = None  # max window start ever written (docs/semantics.md §10.5)
         self.store: dict[Any, dict[int, tuple[dict[str, Any], int]]] = {}
         self.out = 0
         self.seq = 0
@@ -82,7 +82,8 @@ class SlidingAggregate:
 
     # ------------------------------------------------------------------ processing
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """kafka-streams.md 5.1; then, emitting on close, 5.4 (not after an early record or one dropped at once)."""
+        """docs/semantics.md §10.2-§10.3; then, emitting on close, §10.5 (not after an early record or one
+        dropped at once)."""
         if self._process(rec, seq) and self.on_close:
             self._emit_closed()
 
@@ -104,7 +105,7 @@ class SlidingAggregate:
         self.last_emit = close
 
     def _process(self, rec: dict[str, Any], seq: int) -> bool:
-        """kafka-streams.md 5.1; whether the record reached the end (emission follows)."""
+        """§10.2-§10.3, for one record; whether it reached the end (emission follows)."""
         if rec["key"] is None or rec["value"] is None:  # step 1
             st = self.stream_time if self.stream_time >= 0 else None
             reason = "null_key" if rec["key"] is None else "null_value"
@@ -154,7 +155,7 @@ class SlidingAggregate:
         return True
 
     def _early(self, key: Any, t: int, close: int) -> None:
-        """kafka-streams.md 5.3: records before D share the window [0, D]; right windows as usual."""
+        """docs/semantics.md §10.1: records before D share the window [0, D]; right windows as usual."""
         combined = right_agg = None
         right_done = False
         prev: int | None = None
@@ -180,7 +181,7 @@ class SlidingAggregate:
         self._update(key, 0, combined if combined is not None else (self._init(), t), close)
 
     def _update(self, key: Any, start: int, value: tuple[dict[str, Any], int], close: int) -> None:
-        """updateWindowAndForward (5.2): aggregate the record in while the window's end >= close time."""
+        """updateWindowAndForward (docs/semantics.md §10.2): aggregate the record in while the window's end >= close time."""
         t = self.rec["ts"]
         if start + self.diff < close:
             self._late(start, start + self.diff)
@@ -198,7 +199,8 @@ class SlidingAggregate:
                                               (start, end), range_time=start))
 
     def finish(self) -> None:
-        """emit: final: the windows still open (end >= ST - grace) are incomplete; the closed ones were emitted."""
+        """emit: final: the windows still open (end >= ST - grace) are incomplete; the closed ones were emitted
+        (docs/semantics.md §10.4, §10.5)."""
         if self.emit != "final":
             return
         if self.suppress is not None:

@@ -1,5 +1,5 @@
-"""Part: reference engine. `suppress(untilWindowCloses)` for one task, record by record (docs/semantics.md 4.5,
-10.4, 11.5).
+"""Part: reference engine. `suppress(untilWindowCloses)` for one task, record by record (docs/semantics.md §4.5,
+§10.4, §11.5).
 
 The suppress processor sits after the window aggregate and sees every update it forwards (caching off). It
 has its own stream time: the largest timestamp of those updates. Each update is buffered under its window

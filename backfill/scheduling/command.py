@@ -16,7 +16,7 @@ def run_scheduled(job_path: Path, *, until: int | None, restate: str | None, max
                   due: bool, profile: str | None, out: Console, err: Console, as_json: bool) -> dict[str, Any]:
     """Take the lock, decide, publish; returns what happened (`status`: done, nothing_due, busy)."""
     from backfill.io.runs import read_runs
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.plan.builder import build_plan
     from backfill.scheduling.due import decide, describe_interval, restate_period, run_decision, schedule_of
     from backfill.scheduling.lock import Busy, acquire
@@ -60,7 +60,7 @@ def plan_scheduled(job_path: Path, *, until: int | None, restate: str | None, ma
                    due: bool, profile: str | None, out: Console, as_json: bool) -> None:
     """`plan --due`: the decision, nothing run (reads the runs table and scans the sources' timestamps)."""
     from backfill.io.runs import read_runs
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.plan.builder import build_plan
     from backfill.scheduling.due import decide, restate_period
     from backfill.session import get_spark
@@ -82,7 +82,7 @@ def plan_scheduled(job_path: Path, *, until: int | None, restate: str | None, ma
 def show_runs(job_path: Path, *, out: Console, as_json: bool, limit: int) -> None:
     """`backfill runs JOB`: the runs table, newest last (and who holds the scheduler lock, if anyone)."""
     from backfill.io.runs import read_runs
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from backfill.plan.builder import build_plan
     from backfill.scheduling.intervals import instant
     from backfill.scheduling.lock import _newest, lock_dir

@@ -1,1 +1,1 @@
-"""Part: time. Timestamps: extractors and invalid-timestamp policies (kafka-streams.md 1.1)."""
+"""Part: time. Timestamps: extractors and invalid-timestamp policies (docs/semantics.md §1)."""

@@ -1,4 +1,4 @@
-"""Part: time. Timestamp extraction with Kafka Streams' rules (kafka-streams.md 1.1).
+"""Part: time. Timestamp extraction with Kafka Streams' rules (docs/semantics.md §1).
 
 A record's extracted timestamp `ts` is the Kafka record timestamp (`record`) or a value field (`field`).
 Invalid means null or negative. Policies: fail (FailOnInvalidTimestamp), skip

@@ -1,5 +1,5 @@
 """Part: verify. `cache_coalesced`: an update stream written through Kafka Streams' record cache (docs/semantics.md
-section 14).
+§14).
 
 With the cache on, a window's updates are forwarded when the cache flushes (a commit, an eviction), each the
 window's value at that moment: the stream has a subsequence of the updates the backfill emits with the cache

@@ -1,19 +1,20 @@
-"""Part: verify. Why a window differs, from evidence only (DESIGN.md "What cannot be known"; kafka-streams.md 14.2).
+"""Part: verify. Why a window differs, from evidence only (docs/semantics.md §8).
 
 Evidence: the backfill's ledger (late drops), the input records re-assigned to windows with the
-engine's own TimeWindows (and their stream time at arrival, kafka-streams.md 4.1), the input's
+engine's own TimeWindows (and their stream time at arrival, docs/semantics.md §4.2), the input's
 offsets (gaps, where reading started), each task's stream time at the end of the data (windows not
 closed), and the stream's exact repeats. A cause is named only when the evidence shows it:
 
-- duplicate_delivery: the extra rows of a window are exact copies (at-least-once, 14.2.6).
+- duplicate_delivery: the extra rows of a window are exact copies (at-least-once, docs/semantics.md §9).
 - late_drop_differs: recomputing the window with the k records the backfill dropped as late added
   (the stream accepted them), or with the k accepted records that arrived behind stream time removed
   (the stream dropped them), gives the stream's value exactly; those records are shown.
-- tie_order: only order-sensitive columns differ and the window holds records with equal timestamps
-  (tie order is unknowable, 2.1 and 14.2.4).
+- tie_order: only order-sensitive columns differ, the window holds records with equal timestamps, and they
+  came through a repartition topic, whose interleaving is modelled, not known (docs/semantics.md §8). A
+  partition's own records are taken in offset order, equal timestamps or not.
 - range_boundary: the window was not closed by the end of the data read, starts before the first
   record read of a partition that was read from a later offset, or lies outside the stream's output.
-- missing_input: the key's partition has an offset gap while the window was open (14.2.8).
+- missing_input: the key's partition has an offset gap while the window was open (docs/semantics.md §8).
 - reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
   application did, in a task with evidence of a restart (verify/restarts.py).
 - session_merge_differs (session windows): a session of one side overlaps, within a gap, a different
@@ -421,8 +422,10 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
             .persist(StorageLevel.MEMORY_AND_DISK)
         best = late_variants(mem, nonmatch, aggs, cmp, windows).localCheckpoint()  # one row per window, read thrice
         shown = variant_records(mem, best)
+        # a task takes one partition in offset order, so records of equal timestamps keep their order; only a
+        # repartition topic's interleaving is modelled, not known (docs/semantics.md §8)
         ties = mem.where(F.col("status") == "accepted").groupBy("key", "window_start").agg(
-            (F.count("ts") > F.countDistinct("ts")).alias("_ties"))
+            ((F.count("ts") > F.countDistinct("ts")) & F.lit(op.aggregate.group_by is not None)).alias("_ties"))
         key_parts = ev.records.join(few(nonmatch.select("key").distinct(), n), "key", "left_semi") \
             .groupBy("key").agg(F.collect_set("partition").alias("_parts"))
         # the non-matching rows are few: stored once computed, later steps do not compute the variants again
@@ -616,7 +619,7 @@ def _kept() -> Column:
 def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
                         stream_bounds: tuple[int | None, int | None]) -> DataFrame:
     """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs and each
-    partition's stream time at the end of the data (kafka-streams.md 5, 6)."""
+    partition's stream time at the end of the data (docs/semantics.md §10, §11)."""
     assert op.aggregate is not None
     w = op.aggregate.window
     session = w.type == "session"

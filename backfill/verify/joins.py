@@ -1,5 +1,5 @@
 """Part: verify. A stream-stream join's output reconciled with the stream's, with causes from evidence
-(kafka-streams.md 9, 10, 14.2).
+(docs/semantics.md §5, §8).
 
 A join emits several rows per key and timestamp, and nothing but its values identifies a row, so the two
 outputs are compared as multisets of (key, ts, value): the n-th copy of a row on one side matches the n-th
@@ -9,26 +9,26 @@ moved. What is left over is explained by the input records that can produce it: 
 inside the join window whose joiner value is the row's, and the outer-side records whose non-joined row it
 is, with what the run did to them (task order, the stores' stream times):
 
-- duplicate_delivery: the stream has the row more often than the backfill (at-least-once, 14.2.6).
+- duplicate_delivery: the stream has the row more often than the backfill (at-least-once, docs/semantics.md §9).
 - expired_differs: the row pairs two records and the earlier was past its store's retention when the later
   arrived, on one side only. Either the backfill's store had moved on (the row is extra in the stream), or a
   record of the earlier one's side, processed later by the backfill, lies a retention ahead of it: another
-  interleaving of the partitions expires it first (the row is missing from the stream) (9, 10.7).
+  interleaving of the partitions expires it first (the row is missing from the stream) (docs/semantics.md §5.2).
 - partner_after_close: a non-joined row whose record has a partner in its window. The row exists iff the
   window closed in join stream time before the partner arrived (the partner still joins: no grace check,
-  10.2), which the interleaving of the partitions decides (10.4, 10.5). Shown by the stream's own order (it
+  docs/semantics.md §5.2), which the interleaving of the partitions decides (§5.3). Shown by the stream's own order (it
   wrote the row before the joined row), by the next record of the row's side after the partner lying past
   the close (one record of another partition moved ahead closes it), or by the backfill's order (it emitted
   the row before the partner arrived).
 - emit_throttle: a non-joined row of the outer store at another position in its key's output, or missing
   and due after the last such row of its task the stream wrote. The stream scans its outer store when a
-  wall-clock throttle allows (1 s by default), the backfill at every trigger (10.4 step 2, 14.2.3).
+  wall-clock throttle allows (1 s by default), the backfill at every trigger (docs/semantics.md §5.6).
 - processing_order: a joined row at another position: the task processed its records in another order
-  (live edge, max.task.idle.ms, ties: 14.2.4-5). The values agree.
+  (live edge, max.task.idle.ms, the first offering: docs/semantics.md §2.4, §8). The values agree.
 - range_boundary: the row lies outside the time range of the stream's output, or its window had not closed
   when the data read ends.
 - missing_input (co-partitioned joins): an input partition of the row's task skips offsets within a store
-  retention of the row's timestamp (14.2.8).
+  retention of the row's timestamp (docs/semantics.md §8).
 - unexplained: none of the above. A stream value that no input records produce is a logic difference
   (category mismatch when the backfill has another row at the same key and timestamp).
 """
@@ -102,7 +102,7 @@ def backfill_rows(df: DataFrame) -> DataFrame:
 def stream_rows(df: DataFrame, vtype: T.DataType, where: str) -> DataFrame:
     """The stream's join output (an archived topic, or a table with key, value, ts) as key, ts, v, partition,
     offset; a JSON value is parsed with the backfill's value type so both sides print it alike."""
-    if is_topic_archive(df):  # the record timestamp is the row's ts (kafka-streams.md 11)
+    if is_topic_archive(df):  # the record timestamp is the row's ts (docs/semantics.md §5.1)
         df = df.select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
                        F.col("timestamp").cast("long").alias("ts"), "partition", "offset")
     missing = [c for c in ("key", "value", "ts") if c not in df.columns]
@@ -176,7 +176,7 @@ def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSessio
 
 
 def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame:
-    """Where a join input's archive skips offsets (kafka-streams.md 14.2.8): per partition (the task of a
+    """Where a join input's archive skips offsets (docs/semantics.md §8): per partition (the task of a
     co-partitioned join), the offsets missing and the timestamps of the records around them."""
     frames = []
     for source in op.inputs:
@@ -397,7 +397,7 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written
     trigger = F.floor(c("emit_seq") / F.lit(STRIDE))
     waiting = (c("category") == extra) & (c("_close") >= c("_end_st"))
     # the stream's own order shows its window closed first: it wrote the row unmatched, then the joined row
-    # (a late partner still joins: no grace check in the join, 10.2)
+    # (a late partner still joins: no grace check in the join, docs/semantics.md §5.2)
     wrote_first = (c("category") == extra) & c("_p_seq").isNotNull() & (c("_j_partition") == c("partition")) & (
         c("_j_offset") > c("offset"))
     closed_first = (c("category") == extra) & c("_p_seq").isNotNull() & (c("_next.ts") > c("_close"))
@@ -456,7 +456,7 @@ def _boundaries(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
 def _throttled(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
     """emit_throttle for a missing outer-store row that the backfill emits after the last outer-store row of
     its task the stream wrote. The stream scans its outer store at most once per throttle interval of wall
-    clock (10.4 step 2), so what closed after its last scan waits for a trigger that did not come before its
+    clock (docs/semantics.md §5.6), so what closed after its last scan waits for a trigger that did not come before its
     output ends: a live application that read its input faster than the interval wrote none at all. Without
     any outer-store row of the task, the stream must have written an unmatched row of the task emitted at
     once (so it does emit unmatched rows: an inner join deployed by mistake stays unexplained)."""

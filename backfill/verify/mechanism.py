@@ -1,12 +1,12 @@
 """Part: verify. `close_mechanism_differs`: the stream's final windows are what the other final mechanism emits
-(docs/semantics.md 4.5, 10.4, 11.5).
+(docs/semantics.md §4.5, §10.4, §11.5).
 
 `suppress(untilWindowCloses)` and `emitStrategy(onWindowClose())` emit different sliding and session windows:
 suppress releases a window once its stream time reaches end + grace (+ gap), emit-on-close once stream time
 passes it, and suppress releases a window again when a later record still updates it. Where the stream differs
 from the backfill, the operator's own code recomputes its windows with the other mechanism (the same input,
 order and stream times); a differing window that the recomputation reproduces exactly is named
-`close_mechanism_differs`. Time windows are emitted alike by both (4.5): nothing to recompute.
+`close_mechanism_differs`. Time windows are emitted alike by both (docs/semantics.md §4.5): nothing to recompute.
 """
 from __future__ import annotations
 

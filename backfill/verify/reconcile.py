@@ -1,7 +1,7 @@
 """Part: verify. Reduce two outputs to their last row per key and compare them by key, in Spark, at any scale.
 
 An update stream is reduced to its last value per key by its write order (partition, offset): only
-"the last value per window is emitted" is certain (kafka-streams.md 14.2.2). Rows repeated with
+"the last value per window is emitted" is certain (docs/semantics.md §14). Rows repeated with
 identical values beyond what the other side explains are duplicates (at-least-once delivery,
 14.2.6): counted once, reported as such, never as extra rows. The keyed comparison is one full
 outer join; per-column equality with tolerances is datacompy's Spark comparator (`columns_equal`).

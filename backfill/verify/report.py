@@ -1,6 +1,6 @@
 """Part: verify. The report folder: report.json and one self-contained index.html (inline CSS, inline SVG plots).
 
-No font, stylesheet or script from a CDN (DESIGN.md "Reports"): the page reads fully offline; its one
+No font, stylesheet or script from a CDN (docs/architecture.md): the page reads fully offline; its one
 inline script filters the samples. The great-expectations results are rendered here, expectation by
 expectation; GX's own Data Docs are not linked (they load their assets from CDNs).
 """

@@ -33,7 +33,7 @@ from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
-                                   read_table)
+                                    read_table, with_cluster_security)
 
 Progress = Callable[[str], None]
 SAMPLES_PER_GROUP = 3
@@ -224,7 +224,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     width = windows.size if windows is not None else int(op.aggregate.window.time_difference or 0)
     settings = plan.job.spec.verify.get(op.name)
     backfill_ref = _published(plan, op.name)
-    stream_ref = parse_ref(target.against, target.base)
+    stream_ref = with_cluster_security(parse_ref(target.against, target.base), plan.job)
     progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
     mapping = {**(settings.columns if settings else {}), **maps}
     backfill = read_table(spark, backfill_ref, _output_schema(op))
@@ -232,14 +232,12 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                                     T.StructField("offset", T.LongType())])
     stream = read_table(spark, stream_ref, stream_fallback)
     aggs = tuple(op.aggregate.aggregations)
-    if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and JSON values
-        if kind == "session":
-            raise SpecError(f"--against {op.name}={target.against}: an archived topic of session windows (session "
-                            "keys: key, end, start) is not decoded yet; give a table with key, window_start, "
-                            "window_end and the aggregation columns")
+    if is_topic_archive(stream):  # an archived output topic: decode its windowed keys and values
         values = T.StructType([T.StructField(mapping.get(a, a), backfill.schema[a].dataType) for a in aggs
                                if a in backfill.columns])
-        stream = decode_window_topic(stream, width, values, f"--against {op.name}={target.against}")
+        stream = decode_window_topic(stream, width, values, f"--against {op.name}={target.against}",
+                                     session=kind == "session", key=_output_key(plan, op, settings),
+                                     value=settings.value if settings else None, job=plan.job)
     stream = apply_mapping(stream, mapping, f"--against {op.name}={target.against}")
     if "window_end" not in stream.columns and kind != "session":
         stream = stream.withColumn("window_end", F.col("window_start") + F.lit(width))
@@ -271,7 +269,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
             progress(f"{op.name}: comparing update sequences (cache: on)")
             result, coalesced = _update_sequences(compared, result, backfill, stream, cmp, counts)
             notes.append("cache: on: a window whose last value matches is compared update by update; the "
-                         "stream's updates must be a coalescing of the backfill's (docs/semantics.md section 14)")
+                         "stream's updates must be a coalescing of the backfill's (docs/semantics.md §14)")
         ledger = _ledger(spark, plan)
         differs = sum(counts.values()) - counts[MATCH]
         ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
@@ -403,7 +401,8 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
     as the run processed them (verify/joins.py)."""
     op = plan.job.spec.operator(target.operator)
     settings = plan.job.spec.verify.get(op.name)
-    backfill_ref, stream_ref = _published(plan, op.name), parse_ref(target.against, target.base)
+    backfill_ref = _published(plan, op.name)
+    stream_ref = with_cluster_security(parse_ref(target.against, target.base), plan.job)
     progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
     where = f"--against {op.name}={target.against}"
     raw = read_table(spark, backfill_ref, T.StructType([
@@ -538,6 +537,16 @@ def _output_schema(op: OperatorSpec) -> T.StructType:
     return T.StructType(fields)
 
 
+def _output_key(plan: Plan, op: Any, settings: Any) -> Any:
+    """The output topic's inner key format: `verify.<op>.key`, else the input's (an un-re-keyed aggregate keeps
+    its input's key serde)."""
+    if settings is not None and settings.key is not None:
+        return settings.key
+    if op.aggregate.group_by is None:
+        return plan.job.spec.sources[op.aggregate.input].key
+    return None
+
+
 def _text_key(df: DataFrame) -> DataFrame:
     return df.withColumn("key", causes_mod.key_text(df))
 
@@ -554,7 +563,7 @@ def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
                      "knowable, the largest values are kept")
     if updates:
         notes.append("emit: updates: the last value per window is compared (intermediate updates depend on cache "
-                     "flushes, docs/semantics.md section 8); repeats beyond the backfill's own are duplicates")
+                     "flushes, docs/semantics.md §8); repeats beyond the backfill's own are duplicates")
     if "ts" not in cmp.columns:
         notes.append("ts is not compared (missing on one side)")
     return notes

@@ -7,12 +7,14 @@ import os
 import re
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
 from backfill.io.archive import committed_ranges
+from backfill.jobspec.load import Job
+from backfill.jobspec.models import REGISTRY_FORMATS, KeySpec, SecuritySpec, ValueSpec
 from backfill.plan.definition import Plan
 
 _VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
@@ -26,6 +28,7 @@ class TableRef:
     path: str
     format: str
     version: int | None = None
+    security: SecuritySpec | None = None  # a topic's cluster settings (`with_cluster_security`)
 
     def __str__(self) -> str:
         return self.path + (f"@{self.version}" if self.version is not None else "")
@@ -49,6 +52,17 @@ def parse_ref(text: str, base: str | None = None) -> TableRef:
     if version is not None and fmt != "delta":
         raise SpecError(f"{text}: @{version} selects a Delta version, but {path} is {fmt}, not a Delta table")
     return TableRef(path=path, format=fmt, version=version)
+
+
+def with_cluster_security(ref: TableRef, job: Job) -> TableRef:
+    """A `kafka://HOST:PORT/TOPIC` reference with the `kafka.security` of the job's sources on that cluster (the
+    same bootstrap): the output topic is read with the settings the inputs are read with."""
+    match = _TOPIC.match(ref.path) if ref.format == "kafka" else None
+    if match is None:
+        return ref
+    found = [s.kafka.security for s in job.spec.sources.values()
+             if s.kafka is not None and s.kafka.bootstrap == match["bootstrap"] and s.kafka.security is not None]
+    return TableRef(ref.path, ref.format, ref.version, found[0]) if found else ref
 
 
 def detect_format(path: str) -> str:
@@ -90,7 +104,7 @@ def read_whole_topic(spark: SparkSession, ref: TableRef) -> DataFrame:
 
     match = _TOPIC.match(ref.path)
     assert match is not None
-    spec = KafkaSpec(bootstrap=match["bootstrap"], topic=match["topic"], start="earliest")
+    spec = KafkaSpec(bootstrap=match["bootstrap"], topic=match["topic"], start="earliest", security=ref.security)
     try:
         ranges = resolve(spec, "kafka", None, None, by_time=False)
     except SourceError as exc:  # "kafka.topic: ... has no topic": said of the reference instead
@@ -126,27 +140,66 @@ def is_topic_archive(df: DataFrame) -> bool:
             and isinstance(df.schema["value"].dataType, T.BinaryType))
 
 
-def decode_window_topic(df: DataFrame, size_ms: int, values: T.StructType, where: str) -> DataFrame:
+def decode_window_topic(df: DataFrame, size_ms: int, values: T.StructType, where: str, session: bool = False,
+                        key: KeySpec | None = None, value: ValueSpec | None = None, job: Job | None = None
+                        ) -> DataFrame:
     """An archived output topic of a windowed aggregate, as output rows.
 
-    The key as Kafka Streams' time-windowed serde writes it (`WindowedSerdes.timeWindowedSerdeFrom`: the
-    key's bytes, then the window start as an 8-byte big-endian long), the value a JSON object of the
-    aggregations, the record timestamp as `ts`; the topic's partition and offset give the emission order.
+    The key as Kafka Streams' windowed serdes write it: the inner key's bytes, then the window start as an 8-byte
+    big-endian long (time windows, `WindowedSerdes.timeWindowedSerdeFrom`; the end is start + size), or then the
+    end and the start, 8 bytes each (session windows, `SessionWindowedSerde`; the end inclusive). The inner key
+    and the value in `key` / `value`'s format (default: the key as text, the value a JSON object of the
+    aggregations; the registry formats through io/formats.py); the record timestamp as `ts`; the topic's
+    partition and offset give the emission order.
     """
+    tail = 16 if session else 8
     df = df.withColumn("key", F.col("key").cast("binary"))
-    short = df.where(F.col("key").isNull() | (F.length("key") < 9)).limit(1).collect()
+    short = df.where(F.col("key").isNull() | (F.length("key") <= tail)).limit(1).collect()
     if short:
+        shape = ("the key's bytes, then the session's end and start as 8 bytes each, as SessionWindowedSerde "
+                 "writes it" if session else "the key's bytes, then the window start as 8 bytes, as "
+                 "WindowedSerdes.timeWindowedSerdeFrom writes it")
         raise SourceError(f"{where}: the record at partition {short[0]['partition']} offset {short[0]['offset']} has "
-                          "no time-windowed key (the key's bytes, then the window start as 8 bytes, as "
-                          "WindowedSerdes.timeWindowedSerdeFrom writes it); give the archive of the aggregate's "
-                          "output topic")
+                          f"no {'session' if session else 'time'}-windowed key ({shape}); give the archive of the "
+                          "aggregate's output topic")
     start = F.conv(F.hex(F.expr("substring(key, -8, 8)")), 16, 10).cast("long")
-    inner = F.expr("substring(key, 1, length(key) - 8)")
-    parsed = F.from_json(F.col("value").cast("string"), values)
-    return df.select(inner.cast("string").alias("key"), start.alias("window_start"),
-                     (start + F.lit(size_ms)).alias("window_end"),
-                     *[parsed[f.name].alias(f.name) for f in values.fields],
+    end = F.conv(F.hex(F.expr("substring(key, -16, 8)")), 16, 10).cast("long") if session else start + F.lit(size_ms)
+    df = df.withColumn("_start", start).withColumn("_end", end).withColumn(
+        "key", F.expr(f"substring(key, 1, length(key) - {tail})"))
+    inner, inner_bad = _inner_key(df, key, job, where)
+    fields = [f.name for f in values.fields]
+    if value is not None and value.format in REGISTRY_FORMATS:
+        from backfill.io.formats import decode
+
+        assert job is not None
+        decoded, value_bad = decode(df, "value", value, value.format, job, f"{where}: value")
+        parsed = decoded
+    else:
+        parsed, value_bad = F.from_json(F.col("value").cast("string"), values), F.lit(None).cast("string")
+    df = df.withColumn("_bad", F.coalesce(inner_bad, value_bad))
+    bad = df.where(F.col("_bad").isNotNull()).select("partition", "offset", "_bad").limit(1).collect()
+    if bad:
+        raise SourceError(f"{where}: the record at partition {bad[0]['partition']} offset {bad[0]['offset']} is "
+                          f"unreadable ({bad[0]['_bad']}); declare the output topic's formats in verify.<operator>."
+                          "key / value")
+    return df.select(inner.alias("key"), F.col("_start").alias("window_start"), F.col("_end").alias("window_end"),
+                     *[parsed[f].alias(f) for f in fields],
                      F.col("timestamp").cast("long").alias("ts"), "partition", "offset")
+
+
+def _inner_key(df: DataFrame, key: KeySpec | None, job: Job | None, where: str) -> tuple[Column, Column]:
+    """The windowed key's inner key as text (the backfill's keys are compared as text) and why it is unreadable."""
+    none = F.lit(None).cast("string")
+    if key is None or key.format in ("string", "json", "bytes"):
+        return F.col("key").cast("string"), none
+    if key.format == "long":
+        parsed = F.when(F.length("key") == 8, F.conv(F.hex("key"), 16, -10))
+        return parsed, F.when(parsed.isNull(), F.lit("the inner key is not an 8-byte long"))
+    from backfill.io.formats import decode, decoded_type, key_column
+
+    assert job is not None
+    decoded, bad = decode(df, "key", key, key.format, job, f"{where}: key")
+    return key_column(decoded, decoded_type(df, decoded)).cast("string"), bad
 
 
 def source_committed_ranges(spark: SparkSession, plan: Plan, source: str) -> DataFrame | None:

@@ -185,7 +185,7 @@ def test_eager_grace_defaults_like_deprecated_join_windows_of(tmp_path):
     """jw-deprecated-default-grace: JoinWindows.of(d) has grace max(24h - 2d, 0); the new API needs grace."""
     from backfill.errors import SpecError
     from backfill.ops.windows import JoinWindows
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
     from tests.golden.harness import join_job
 
     case = CASES["jw-deprecated-default-grace"]

@@ -1,4 +1,4 @@
-"""Golden timelines for timestamps (kafka-streams.md 1.1) and task order (2.1) via the public CLI.
+"""Golden timelines for timestamps (docs/semantics.md §1) and task order (§2) via the public CLI.
 
 Not applicable to a batch and therefore not here: rq-set-partition-time (partition time restored from
 committed offsets), pg-readiness-idling and task-stream-time-punctuation (wall clock).
@@ -89,11 +89,61 @@ def test_head_timestamp_not_partition_time_decides(tmp_path, spark, engine):
     assert got == [("a", 1), ("b", 2), ("b", 4), ("a", 5), ("a", 3), ("b", 6)]
 
 
+JOINED = """
+name: order-joined
+sources:
+  a: {format: jsonl, path: inputs/a.jsonl}
+  b: {format: jsonl, path: inputs/b.jsonl}
+EXTRA
+operators:
+  - name: j
+    join: {left: a, right: b, how: inner, window: {before: 0ms, after: 0ms, grace: 1h}, value: "left.value"}
+EXTRA_OP
+sinks: {SINKS}
+"""
+
+
+def _joined(extra: bool = False) -> str:
+    """a and b read by one join: one sub-topology, one heap per task (docs/semantics.md §2.3, §2.5)."""
+    return (JOINED.replace("EXTRA_OP", "  - name: n\n    aggregate: {input: c, window: {type: tumbling, size: 1h, "
+                                       "grace: 1h}, aggregations: {n: count()}}" if extra else "")
+            .replace("EXTRA", "  c: {format: jsonl, path: inputs/c.jsonl}" if extra else "")
+            .replace("SINKS", "j: {format: none}, n: {format: none}" if extra else "j: {format: none}"))
+
+
+def _taken(rows: list[dict], sources: str = "ab") -> list[tuple[str, int]]:
+    return [(r["source"], r["offset"]) for r in sorted(rows, key=lambda r: r["seq"]) if r["source"] in sources]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
-def test_equal_heads_go_to_the_source_declared_first(tmp_path, spark, engine):
-    rows = _inspect(tmp_path, TWO_TOPICS, {"a": _queue("x", 0, [5, 5]), "b": _queue("y", 0, [5, 5])}, engine)
-    assert [(r["source"], r["offset"]) for r in sorted(rows, key=lambda r: r["seq"])] == [
-        ("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+def test_equal_heads_alternate_between_two_queues(tmp_path, spark, engine):
+    """Java's heap: the queue polled and offered back stays below a queue whose head ties with its own."""
+    rows = _inspect(tmp_path, _joined(), {"a": _queue("x", 0, [5, 5]), "b": _queue("y", 0, [5, 5])}, engine)
+    assert _taken(rows) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_queue_left_alone_in_a_tie_keeps_the_root(tmp_path, spark, engine):
+    rows = _inspect(tmp_path, _joined(), {"a": _queue("x", 0, [5, 5, 5]), "b": _queue("y", 0, [5])}, engine)
+    assert _taken(rows) == [("a", 0), ("b", 0), ("a", 1), ("a", 2)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_first_tie_goes_to_the_topic_named_first_not_the_source_declared_first(tmp_path, spark, engine):
+    """The consumer hands a fetch's partitions over topic by topic: `clicks` is offered before `views`."""
+    rows = _inspect(tmp_path, _joined(), {"a": _queue("views", 0, [5, 5, 7]), "b": _queue("clicks", 0, [5, 6])},
+                    engine)
+    assert _taken(rows) == [("b", 0), ("a", 0), ("a", 1), ("b", 1), ("a", 2)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_source_of_another_sub_topology_does_not_share_the_heap(tmp_path, spark, engine):
+    """c is read by an aggregate alone: its own tasks in Kafka Streams. In one heap with a and b, the topic
+    named first (`w`) would move the join's queues (w, y, x, ...); in its own, they alternate as without it."""
+    inputs = {"a": _queue("x", 0, [5, 5]), "b": _queue("y", 0, [5, 5]), "c": _queue("w", 0, [5, 5])}
+    rows = _inspect(tmp_path, _joined(extra=True), inputs, engine)
+    assert _taken(rows) == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert _taken(rows, "c") == [("c", 0), ("c", 1)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -163,7 +163,7 @@ def test_window_validation_errors_name_the_field(tmp_path, spark):
 
 @pytest.mark.parametrize("size,grace", [(3, 86_399_997), (86_400_000, 0), (86_400_001, 0)])
 def test_legacy_grace_is_a_day_minus_the_size(tmp_path, size, grace):
-    from backfill.jobspec import load_job
+    from backfill.jobspec.load import load_job
 
     (tmp_path / "job.yaml").write_text(aggregate_job(f"{{type: tumbling, size: {size}ms, grace: legacy}}",
                                                      "{n: count()}", "updates"))

@@ -68,7 +68,7 @@ def encode(scenarios: list[Scenario]) -> str:
         # jump in stream time hides closed windows from the emitting fetch, which then never emits them, and
         # backfill does not model that for time windows (docs/semantics.md §4.5); it does for sliding windows
         # (§10.5), judged with the default retention
-        emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c["emit"])
+        emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c.get("emit"))
         keep = f"\t{DAY_MS}" if emit == "close" and sc.kind == "aggregate" else ""
         if sc.kind == "aggregate":
             lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{emit}"

@@ -50,7 +50,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
         assert [d.to_dict() for d in r.differences] == [], f"Kafka Streams {version}"
         assert r.agreeing == {"reference": 300}
         # not vacuous: many outputs, and Kafka Streams dropped records (late, null keys/values) in many scenarios
-        assert r.outputs > 700 and r.dropped > 100, (version, r.outputs, r.dropped)
+        assert r.outputs > 600 and r.dropped > 100, (version, r.outputs, r.dropped)
     if kind == "join":  # the lines differ here: before 3.7 null keys never reach a join (fewer results, drops)
         by_version = {v: (r.outputs, r.dropped) for v, r in results}
         assert by_version["3.4.1"][0] < by_version["3.7.2"][0] and by_version["3.4.1"][1] < by_version["3.7.2"][1]

@@ -63,20 +63,20 @@ def encode(scenarios: list[Scenario]) -> str:
     lines = []
     for sc in scenarios:
         c = sc.config
-        # emit: final is suppress(untilWindowCloses) or emitStrategy(onWindowClose()), as the job says; the
-        # latter with a window store that keeps every window (a day): with the default retention a jump in
-        # stream time hides closed windows from the emitting fetch, which then never emits them
-        # (docs/semantics.md §4.5, §10.5)
-        emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c["emit"])
-        keep = f"\t{DAY_MS}" if emit == "close" else ""
+        # emit: final is suppress(untilWindowCloses) or emitStrategy(onWindowClose()), as the job says; for time
+        # windows the latter with a window store that keeps every window (a day): with the default retention a
+        # jump in stream time hides closed windows from the emitting fetch, which then never emits them, and
+        # backfill does not model that for time windows (docs/semantics.md §4.5); it does for sliding windows
+        # (§10.5), judged with the default retention
+        emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c.get("emit"))
+        keep = f"\t{DAY_MS}" if emit == "close" and sc.kind == "aggregate" else ""
         if sc.kind == "aggregate":
             lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{emit}"
                          + (f"\tours{keep}" if keep else ""))
         elif sc.kind in ("session", "sliding"):
             width = c["gap"] if sc.kind == "session" else c["diff"]
             kind = "sess" if sc.kind == "session" else "slide"
-            # the session store's emitting fetch is not filtered by retention (only whole segments expire)
-            lines.append(f"S\t{sc.id}\t{kind}\t{width}\t{c['grace']}\t{emit}" + (keep if kind == "slide" else ""))
+            lines.append(f"S\t{sc.id}\t{kind}\t{width}\t{c['grace']}\t{emit}")
         else:
             lines.append(f"S\t{sc.id}\tjoin\t{c['how']}\t{c['before']}\t{c['after']}\t{c['grace']}\t{int(c['eager'])}")
         lines.append(f"T\t{sc.id}")

@@ -13,6 +13,7 @@ size of the output of `emit: updates`, and what Kafka Streams itself does per re
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, close_why, final_columns, numbered_finals
 from backfill.jobspec.rekeys import rekey_why, stream_name
-from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
+from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
 from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
@@ -118,9 +119,15 @@ class _Window:
 class _Replay:
     """One task's sliding-window store replayed on (key, ts, stream time) (docs/semantics.md §10.1-§10.3)."""
 
-    def __init__(self, diff: int, grace: int, updates: bool, suppress: bool = False) -> None:
+    def __init__(self, diff: int, grace: int, updates: bool, suppress: bool = False, on_close: bool = False) -> None:
         self.diff, self.grace, self.updates = diff, grace, updates
         self.buffer = SuppressBuffer(grace) if suppress else None  # its buffer time: the inclusive end
+        # emit-on-close (docs/semantics.md §10.5): a time-ordered store (it shows starts >= store time - retention),
+        # the closed windows it shows emitted after each record that reaches the end of processing
+        self.on_close = on_close
+        self.closing: list[tuple[int, bytes, int, Any, _Window]] = []  # every window put, by start then key
+        self.emitted: list[_Window] = []
+        self.last_emit: int | None = None
         self.retention = 2 * diff + grace
         self.store_time: int | None = None
         self.starts: dict[Any, list[int]] = {}  # key -> sorted starts still visible
@@ -134,12 +141,35 @@ class _Replay:
     def _fetch(self, key: Any, lo: int, hi: int) -> list[int]:
         """Visible starts of `key` in [lo, hi], ascending (a start <= store time - retention is gone)."""
         starts = self.starts.setdefault(key, [])
-        if self.store_time is not None and starts and starts[0] <= self.store_time - self.retention:
-            cut = bisect.bisect_right(starts, self.store_time - self.retention)
+        if self.store_time is not None and starts and not self._shows(starts[0]):
+            oldest = self.store_time - self.retention
+            cut = bisect.bisect_left(starts, oldest) if self.on_close else bisect.bisect_right(starts, oldest)
             for s in starts[:cut]:
                 del self.windows[key][s]
             del starts[:cut]
         return starts[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
+
+    def _shows(self, start: int) -> bool:
+        """Whether the store still shows a window start (retention 2D + grace from the largest start written)."""
+        if self.store_time is None:
+            return True
+        oldest = self.store_time - self.retention
+        return start >= oldest if self.on_close else start > oldest
+
+    def emit_closed(self, st: int) -> None:
+        """maybeForwardFinalResult (throttle 0) after a record: the windows with start up to close - D - 1 the
+        store shows, by start, then key; a closed window the store no longer shows is never emitted."""
+        close = st - self.grace
+        if self.last_emit is not None and close <= self.last_emit:
+            return
+        upper = close - self.diff - 1
+        if upper < 0:
+            return
+        while self.closing and self.closing[0][0] <= upper:
+            start, _, _, key, window = heapq.heappop(self.closing)
+            if self.stored.get((key, start)) is window and self._shows(start):
+                self.emitted.append(window)
+        self.last_emit = close
 
     def _put(self, key: Any, start: int, members: list[int], ts: int) -> _Window:
         windows = self.windows.setdefault(key, {})
@@ -147,6 +177,8 @@ class _Replay:
             bisect.insort(self.starts.setdefault(key, []), start)
         window = windows[start] = self.stored[(key, start)] = _Window(members, ts, len(self.every), start, self.seq)
         self.every.append(window)
+        if self.on_close:
+            heapq.heappush(self.closing, (start, key_bytes(key), window.wid, key, window))
         self.store_time = start if self.store_time is None else max(self.store_time, start)
         return window
 
@@ -159,9 +191,15 @@ class _Replay:
                             (window.wid, window.start, window.ts, len(window.members)), window.ts)
         self.out += 1
 
-    def suppressed(self) -> list[tuple]:
-        """RELEASED rows (emit_seq: the place in the task's releases) and PENDING rows: the window, its start,
-        timestamp and member count at the update suppress kept."""
+    def suppressed(self, st: int | None) -> list[tuple]:
+        """RELEASED rows (emit_seq: the place in the task's releases or emissions) and PENDING rows (still
+        buffered, or open at the end): the window, its start, timestamp and member count at the update kept."""
+        if self.on_close:
+            close = (st if st is not None else 0) - self.grace
+            return ([(RELEASED, w.wid, None, w.start, None, w.ts, len(w.members), place, None)
+                     for place, w in enumerate(self.emitted)]
+                    + [(PENDING, w.wid, None, w.start, None, w.ts, len(w.members), None, None)
+                       for w in self.stored.values() if w.start + self.diff >= close])
         if self.buffer is None:
             return []
         return ([(RELEASED, wid, None, start, None, ts, held, place, None)
@@ -183,16 +221,22 @@ class _Replay:
         self._forward(key, window, UPDATE)
 
     def process(self, seq: int, key: Any, t: int, st: int) -> None:
-        """docs/semantics.md §10.2-§10.3 for one record with a key and a value."""
+        """docs/semantics.md §10.2-§10.3 for one record with a key and a value; then, emitting on close,
+        §10.5 (not after an early record or one dropped at once)."""
+        if self._process(seq, key, t, st) and self.on_close:
+            self.emit_closed(st)
+
+    def _process(self, seq: int, key: Any, t: int, st: int) -> bool:
+        """§10.2-§10.3; whether the record reached the end of processing."""
         d = self.diff
         self.seq, self.out = seq, 0
         close = st - self.grace
         if t + 1 + d <= close:
             self.rows.append((REFUSED, None, None, t - d, None, None, None, None, seq))
-            return
+            return False
         if t < d:
             self._early(key, t, close)
-            return
+            return False
         windows = self.windows.get(key, {})
         left: _Window | None = None
         right: tuple[list[int], int] | None = None
@@ -216,7 +260,7 @@ class _Replay:
                 if before < t:
                     prev = before
                 else:
-                    return
+                    return True
             else:
                 left, prev = window, window.ts
                 break
@@ -227,6 +271,7 @@ class _Replay:
             self._update(key, t - d, None, left.members if copied and left is not None else [], close, t)
         if not right_done and right is not None and right[1] > t:  # this record's right window, without it
             self._forward(key, self._put(key, t + 1, right[0], right[1]), COPY)
+        return True
 
     def _early(self, key: Any, t: int, close: int) -> None:
         """docs/semantics.md §10.1: records before D share [0, D]; right windows as usual (forward read)."""
@@ -258,13 +303,13 @@ class _Replay:
 
 
 def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int], diff: int, grace: int,
-                   updates: bool, suppress: bool = False) -> list[tuple]:
+                   updates: bool, suppress: bool = False, on_close: bool = False) -> list[tuple]:
     """Replay one task in processing order. Rows (KERNEL_SCHEMA without task): WINDOW (every window stored, its
     members in aggregation order; `held` 1 unless a later window replaced it under its start), UPDATE (emit:
     updates; how many members the window held), COPY (a right
     window created without the record), REFUSED (an update refused as late, by window start) and JOINED (the
     record was aggregated into at least one window)."""
-    replay = _Replay(diff, grace, updates, suppress)
+    replay = _Replay(diff, grace, updates, suppress, on_close)
     rows = replay.rows
     for i in range(len(seq)):
         replay.joined = False
@@ -273,21 +318,21 @@ def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int]
             rows.append((JOINED, None, None, None, None, None, None, None, seq[i]))
     current = {w.wid for w in replay.stored.values()}
     return [(WINDOW, w.wid, w.key_seq, w.start, w.members, w.ts, int(w.wid in current), None, None)
-            for w in replay.every] + rows + replay.suppressed()
+            for w in replay.every] + rows + replay.suppressed(max(st) if st else None)
 
 
 def _long(value: int) -> bytes:
     return value.to_bytes(8, "big", signed=True)
 
 
-def _kernel(diff: int, grace: int, updates: bool, suppress: bool) -> Any:
+def _kernel(diff: int, grace: int, updates: bool, suppress: bool, on_close: bool) -> Any:
     """The applyInPandas function: one task's records with a key and a value -> kernel rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # in the Python worker; the CLI does not pay for pandas
 
         pdf = pdf.sort_values("seq", kind="stable")
         rows = replay_sliding(pdf["seq"].tolist(), pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(),
-                              diff, grace, updates, suppress)
+                              diff, grace, updates, suppress, on_close)
         frame = pd.DataFrame(rows, columns=["kind", "wid", "key_seq", "window_start", "members", "ts", "held",
                                             "emit_seq", "seq"])
         frame.insert(0, "task", int(pdf["task"].iloc[0]))
@@ -315,7 +360,7 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     updates = spec.emit == "updates"
     suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (live.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
-              .applyInPandas(_kernel(diff, grace, updates, suppress), KERNEL_SCHEMA)
+              .applyInPandas(_kernel(diff, grace, updates, suppress, not updates and not suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
     refused = kernel.where(F.col("kind") == REFUSED).select("task", "seq", "window_start")
     ledger = ledger.unionByName(ledger_rows(
@@ -334,8 +379,9 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     if updates:
         return OperatorResult(output=_updates(members, kernel, aggs, diff), ledger=ledger,
                               range_column="window_start", cached=(kernel,))
-    windows = (_suppressed(members, kernel, aggs, diff) if suppress
-               else _final(members, aggs, diff, grace, final_st))
+    windows = _suppressed(members, kernel, aggs, diff)
+    if not suppress:  # emitted on close: each window once, in no order the output keeps
+        windows = windows.drop("emit_seq")
     return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)), ledger=ledger,
                         range_column="window_start", windows=windows, operator=op.name, cached=(kernel,))
 
@@ -371,8 +417,9 @@ def _updates(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggregati
 
 
 def _suppressed(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggregation], diff: int) -> DataFrame:
-    """emit: final by suppress: every window value it released (`emit_seq`: the place in the task's releases,
-    `_closed`) and those still buffered at the end (not `_closed`), with `_split` (kept by two tasks)."""
+    """emit: final: every window value suppress released, or emit-on-close emitted (`emit_seq`: the place in the
+    task's releases or emissions, `_closed`), and the windows still buffered or open at the end (not `_closed`),
+    with `_split` (kept by two tasks)."""
     valued = _folded(members.select("task", "wid", "pos", "key", *_running(aggs)), aggs)
     kept = kernel.where(F.col("kind").isin(RELEASED, PENDING)).select(
         "task", "wid", (F.col("held") - 1).alias("pos"), "window_start", "ts", "emit_seq",
@@ -381,19 +428,3 @@ def _suppressed(members: DataFrame, kernel: DataFrame, aggs: list[CompiledAggreg
     return kept.join(valued, ["task", "wid", "pos"]).select(
         "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
         "ts", "emit_seq", "task", "_closed", (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))
-
-
-def _final(members: DataFrame, aggs: list[CompiledAggregation], diff: int, grace: int,
-           final_st: Mapping[int, int]) -> DataFrame:
-    """Every window with its final values, `_closed` (end < ST - grace at the end) and `_split` (two tasks)."""
-    last = Window.partitionBy("task", "wid").orderBy(F.col("pos").desc())
-    valued = _folded(members.where("_current").select("task", "wid", "pos", "key", "window_start", "_wts",
-                                                      *_running(aggs)), aggs) \
-        .withColumn("_last", F.row_number().over(last)).where(F.col("_last") == 1)
-    task_st = task_stream_time(final_st)
-    tasks = Window.partitionBy("key", "window_start")
-    return valued.select(
-        "key", "window_start", (F.col("window_start") + F.lit(diff)).alias("window_end"), *[a.name for a in aggs],
-        F.col("_wts").alias("ts"), "task",
-        F.coalesce(F.col("window_start") + F.lit(diff + grace) < task_st, F.lit(False)).alias("_closed"),
-        (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))

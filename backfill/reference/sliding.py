@@ -42,14 +42,23 @@ class SlidingAggregate:
         self.rec: dict[str, Any] = {}
         self.suppress = (SuppressBuffer(self.grace, result.outputs[op.name], task, numbered=True)
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
+        # emit-on-close (5.4): its time-ordered store shows starts >= store time - retention (the others: >);
+        # after each record that reaches the end of processing, the closed windows the store shows are emitted
+        self.on_close = self.emit == "final" and spec.close_mechanism == "on_window_close"
+        self.last_emit: int | None = None
 
     # ------------------------------------------------------------------ store
     def _fetch(self, key: Any, lo: int, hi: int) -> list[tuple[int, tuple[dict[str, Any], int]]]:
         """Visible windows of `key` with start in [lo, hi], latest start first (backwardFetch)."""
-        alive = None if self.store_time is None else self.store_time - (2 * self.diff + self.grace)
         windows = self.store.get(key, {})
-        return sorted(((s, v) for s, v in windows.items() if lo <= s <= hi and (alive is None or s > alive)),
-                      key=lambda sv: -sv[0])
+        return sorted(((s, v) for s, v in windows.items() if lo <= s <= hi and self._shows(s)), key=lambda sv: -sv[0])
+
+    def _shows(self, start: int) -> bool:
+        """Whether the store still shows a window (9: retention 2D + grace from the largest start written)."""
+        if self.store_time is None:
+            return True
+        alive = self.store_time - (2 * self.diff + self.grace)
+        return start >= alive if self.on_close else start > alive
 
     def _put(self, key: Any, start: int, value: tuple[dict[str, Any], int]) -> None:
         self.store.setdefault(key, {})[start] = value
@@ -73,22 +82,45 @@ class SlidingAggregate:
 
     # ------------------------------------------------------------------ processing
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """docs/semantics.md §10.2-§10.3, for one record."""
+        """docs/semantics.md §10.2-§10.3; then, emitting on close, §10.5 (not after an early record or one
+        dropped at once)."""
+        if self._process(rec, seq) and self.on_close:
+            self._emit_closed()
+
+    def _emit_closed(self) -> None:
+        """maybeForwardFinalResult (throttle 0): windows with start in [lower, close - D - 1] the store shows,
+        by start, then key; a window the store no longer shows is never emitted."""
+        close = self.stream_time - self.grace
+        if self.last_emit is not None and close <= self.last_emit:
+            return
+        upper = close - self.diff - 1
+        if upper < 0:
+            return
+        lower = 0 if self.last_emit is None else max(0, self.last_emit - self.diff)
+        due = sorted((start, key_bytes(key), key) for key, windows in self.store.items() for start in windows
+                     if lower <= start <= upper and self._shows(start))
+        for start, _, key in due:
+            state, ts = self.store[key][start]
+            self.result.outputs[self.op.name].append(self._row(key, start, state, ts))
+        self.last_emit = close
+
+    def _process(self, rec: dict[str, Any], seq: int) -> bool:
+        """§10.2-§10.3, for one record; whether it reached the end (emission follows)."""
         if rec["key"] is None or rec["value"] is None:  # step 1
             st = self.stream_time if self.stream_time >= 0 else None
             reason = "null_key" if rec["key"] is None else "null_value"
             self.result.ledger.append(ledger_row(rec, self.op.name, reason, rec["ts"], st, None, range_time=rec["ts"]))
-            return
+            return False
         t, key, d = rec["ts"], rec["key"], self.diff
         self.stream_time = max(self.stream_time, t)  # step 2
         close = self.stream_time - self.grace
         self.seq, self.out, self.rec = seq, 0, rec
         if t + 1 + d <= close:  # step 3: even its right window would have ended
             self._late(t - d, t)
-            return
+            return False
         if t < d:
             self._early(key, t, close)
-            return
+            return False
         left_agg = right_agg = None
         left_done = right_done = False
         prev: int | None = None
@@ -108,7 +140,7 @@ class SlidingAggregate:
                 if wts < t:
                     prev = wts
                 else:
-                    return
+                    return True
             else:
                 left_agg, prev = (state, wts), wts
                 break
@@ -120,6 +152,7 @@ class SlidingAggregate:
         if not right_done and right_agg is not None and right_agg[1] > t:  # this record's right window
             self._put(key, t + 1, right_agg)
             self._forward(key, t + 1, right_agg[0], right_agg[1])
+        return True
 
     def _early(self, key: Any, t: int, close: int) -> None:
         """docs/semantics.md §10.1: records before D share the window [0, D]; right windows as usual."""
@@ -166,7 +199,8 @@ class SlidingAggregate:
                                               (start, end), range_time=start))
 
     def finish(self) -> None:
-        """emit: final: a window is final once end < ST - grace (ON_WINDOW_CLOSE, docs/semantics.md §10.4); the others are incomplete."""
+        """emit: final: the windows still open (end >= ST - grace) are incomplete; the closed ones were emitted
+        (docs/semantics.md §10.4, §10.5)."""
         if self.emit != "final":
             return
         if self.suppress is not None:
@@ -176,9 +210,7 @@ class SlidingAggregate:
         close = self.stream_time - self.grace
         every = [(key, s, v) for key, windows in self.store.items() for s, v in windows.items()]
         for key, start, (state, ts) in sorted(every, key=lambda e: (e[1], str(e[0]))):
-            row = self._row(key, start, state, ts)
-            if start + self.diff < close:
-                self.result.outputs[self.op.name].append(row)
-            else:
+            if start + self.diff >= close:  # emitted as they closed (a closed window the store lost: never)
+                row = self._row(key, start, state, ts)
                 self.result.incomplete[self.op.name].append({**row, "stream_time": self.stream_time,
                                                              "task": self.task})

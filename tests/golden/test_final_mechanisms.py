@@ -17,7 +17,8 @@ import pytest
 from backfill.conformance import harness
 from tests.golden.harness import run_job, timeline
 
-ENGINES = ["spark", "reference"]
+# the Spark engine's runs are slow (a job each); the reference engine's stay in the fast subset
+ENGINES = [pytest.param("spark", marks=pytest.mark.slow), "reference"]
 VERSIONS = ["4.4.0", "3.4.1"]  # the newest and the oldest line measured
 
 # time windows (tumbling 1 s, grace 500 ms): stream time 1500 reaches [0, 1000)'s end + grace, and both

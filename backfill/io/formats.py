@@ -57,8 +57,9 @@ def decode(df: DataFrame, column: str, enc: Encoded, fmt: str, job: Job, where: 
     assert enc.registry is not None
     schemas = fetch_schemas(enc.registry, str(job.base), fmt, ids, where)
     known = {i: s for i, s in schemas.items() if s is not None}
-    if not known and not (fmt == "avro" and enc.reader_schema):
-        seen = f"schema ids {', '.join(map(str, ids))}" if ids else "no record with a schema registry header"
+    # ids none of which the registry knows: one line. No header at all: each record says so (by policy)
+    if ids and not known and not (fmt == "avro" and enc.reader_schema):
+        seen = f"schema ids {', '.join(map(str, ids))}"
         hint = "give reader_schema" if fmt == "avro" else "check the registry"
         raise SourceError(f"{where}: the input has {seen} and the registry knows none of them, so there is no "
                           f"schema to read the {column}s as; {hint}")

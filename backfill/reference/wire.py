@@ -41,7 +41,7 @@ class Decoder:
             schema = self._fetch(i)
             if schema is not None:
                 self.schemas[i] = schema
-        if not self.schemas and not (fmt == "avro" and enc.reader_schema):
+        if ids and not self.schemas and not (fmt == "avro" and enc.reader_schema):
             raise SourceError(f"{where}: the input has schema ids {ids} and the registry knows none of them, so "
                               f"there is no schema to read the {part}s as")
         newest = self.schemas[max(self.schemas)] if self.schemas else None

@@ -123,7 +123,8 @@ def test_each_defect_gets_its_category_and_cause(verified: tuple[Path, int, dict
                                 "duplicate_delivery": 1, "missing_input": 1, "reprocessed_after_restart": 0,
                                 "reemitted": 0, "state_lost_on_restore": 0, "session_merge_differs": 0,
                                 "expired_differs": 0, "partner_after_close": 0, "emit_throttle": 0,
-                                "processing_order": 0, "unexplained": 4}
+                                "processing_order": 0, "close_mechanism_differs": 0, "cache_coalesced": 0,
+                                "unexplained": 4}
     # the windows still open at the end of the data are judged by the stream times the run recorded
     assert any(n.startswith("each task's stream time at the end of the data: recorded by run ")
                for n in report["sections"][0]["notes"])

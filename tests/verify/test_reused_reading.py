@@ -72,7 +72,7 @@ def test_the_runs_reading_is_reused_only_while_the_input_is_unchanged(tmp_path: 
     expected = {(r["key"], r["window_start"]): (cat, cause) for r, cat, cause in STREAM if cat != "match"}
     expected.update({(k, w): (cat, cause) for k, w, cat, cause in MISSING})
     assert {k: v for k, v in got.items() if v[0] != "match"} == expected
-    assert reused["causes"]["late_drop_differs"] == 2 and reused["causes"]["unexplained"] == 3
+    assert reused["causes"]["late_drop_differs"] == 2 and reused["causes"]["unexplained"] == 4
 
     # the same bytes, touched: the input may have changed, so every value is decoded again, to the same report
     parquet = tmp_path / "inputs" / "s.parquet"

@@ -50,7 +50,7 @@ public final class MergedQueues {
   private MergedQueues() {}
 
   public static Dataset<Row> heads(Dataset<Row> sorted, String task, String queue, String ts, String counted,
-                                   List<Long> until, int partitions) {
+                                   List<? extends Number> until, int partitions) {
     org.apache.spark.sql.classic.Dataset<Row> df = (org.apache.spark.sql.classic.Dataset<Row>) sorted;
     StructType in = df.schema();
     requireType(in, ts, DataTypes.LongType);
@@ -60,7 +60,8 @@ public final class MergedQueues {
         .add("_in_heap", DataTypes.BooleanType, false).add("_marker", DataTypes.BooleanType, false);
     long[] bounds = new long[until.size()];
     for (int i = 0; i < bounds.length; i++) {
-      bounds[i] = until.get(i) == null ? Long.MAX_VALUE : until.get(i);
+      // Py4J hands a small Python int over as an Integer
+      bounds[i] = until.get(i) == null ? Long.MAX_VALUE : until.get(i).longValue();
     }
     Heads pass = new Heads(in.fieldIndex(task), in.apply(task).dataType(), in.fieldIndex(queue), in.fieldIndex(ts),
         in.fieldIndex(counted), bounds, out);

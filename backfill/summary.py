@@ -20,6 +20,8 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
                        f"{summary['beyond_range'].get(src, 0):,}",
                        ", ".join(f"{k} {v:,}" for k, v in drops.items()) or "0")
     console.print(inputs)
+    for line in offset_lines(summary):
+        console.print(line, highlight=False)
     ops = Table("operator", "in", "contributing", "dropped", "late pairs", "outputs", "open windows", box=None)
     for name, c in summary["operators"].items():
         dropped = ", ".join(f"{k} {v:,}" for k, v in c["dropped"].items() if v) or "0"
@@ -41,6 +43,26 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     console.print(f"{summary['records_in']:,} records in {summary['duration_s']:.1f} s "
                   f"({summary['records_per_s']:,.0f} records/s); every record accounted for", highlight=False)
+
+
+def offset_lines(summary: dict[str, Any], shown: int = 3) -> list[str]:
+    """One line per source with identical copies read once, gaps, or gaps it could not tell (docs/semantics.md
+    §7.2); nothing for a source read exactly once per offset without a gap."""
+    lines = []
+    for src, parts in (summary.get("duplicates") or {}).items():
+        each = ", ".join(f"partition {p}: {n:,}" for p, n in sorted(parts.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"{src}: {sum(parts.values()):,} identical copies of an offset read once ({each})")
+    for src, parts in (summary.get("gaps") or {}).items():
+        for p, g in sorted(parts.items(), key=lambda kv: int(kv[0])):
+            ranges = ", ".join(f"{r['from']}" if r["from"] == r["to"] else f"{r['from']}-{r['to']}"
+                               for r in g["ranges"][:shown])
+            more = ", ..." if g["gaps"] > shown else ""
+            lines.append(f"{src}: partition {p} skips {g['offsets']:,} offsets in {g['gaps']:,} gap"
+                         f"{'s' if g['gaps'] != 1 else ''} ({ranges}{more}); not an error (compaction, retention, "
+                         "an archive with a hole), see docs/semantics.md §7.2")
+    for src, why in (summary.get("gaps_not_checked") or {}).items():
+        lines.append(f"{src}: gaps not checked: {why}")
+    return lines
 
 
 def print_verification(console: Console, outcome: Any, page: Any) -> None:

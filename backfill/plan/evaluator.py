@@ -450,10 +450,10 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
-    offsets.fail_on_conflicts(plan, rows, ordered)
     _check_one_topic_per_source(ordered, rows)
     _check_copartitioning(plan, rows, {name: int(i["partitions"]) for name, i in summary.inputs.items()
                                        if i.get("partitions")})
+    offsets.fail_on_conflicts(plan, rows, ordered)  # a source of several topics has no offsets of its own
     for r in rows:
         src = r["source"]
         if src in copies:  # a join input copied into a re-keyed join's tasks: counted as its source

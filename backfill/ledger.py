@@ -21,6 +21,7 @@ UNREADABLE = "unreadable"
 NULL_KEY = "null_key"
 LATE = "late"
 BEYOND_RANGE = "beyond_range"
+CONFLICTING_OFFSET = "conflicting_offset"  # a copy of an offset whose copies differ (docs/semantics.md §7.2)
 
 
 def ledger_rows(df: DataFrame, *, reason: Column | str, operator: str | None = None,

@@ -20,6 +20,8 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
                        f"{summary['beyond_range'].get(src, 0):,}",
                        ", ".join(f"{k} {v:,}" for k, v in drops.items()) or "0")
     console.print(inputs)
+    for line in offset_lines(summary):
+        console.print(line, highlight=False)
     ops = Table("operator", "in", "contributing", "dropped", "late pairs", "outputs", "open windows", box=None)
     for name, c in summary["operators"].items():
         dropped = ", ".join(f"{k} {v:,}" for k, v in c["dropped"].items() if v) or "0"
@@ -41,6 +43,32 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     console.print(f"{summary['records_in']:,} records in {summary['duration_s']:.1f} s "
                   f"({summary['records_per_s']:,.0f} records/s); every record accounted for", highlight=False)
+
+
+def offset_lines(summary: dict[str, Any], shown: int = 3, partitions: int = 5) -> list[str]:
+    """Lines for the sources with identical copies read once, gaps (the first `partitions` partitions, their first
+    `shown` ranges each), or gaps not checked (docs/semantics.md §7.2-§7.4); none for a source read exactly once
+    per offset without a gap."""
+    lines = []
+    for src, parts in (summary.get("duplicates") or {}).items():
+        each = ", ".join(f"partition {p}: {n:,}" for p, n in sorted(parts.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"{src}: {sum(parts.values()):,} identical copies of an offset read once ({each})")
+    for src, parts in (summary.get("gaps") or {}).items():
+        ordered = sorted(parts.items(), key=lambda kv: int(kv[0]))
+        for p, g in ordered[:partitions]:
+            ranges = ", ".join(f"{r['from']}" if r["from"] == r["to"] else f"{r['from']}-{r['to']}"
+                               for r in g["ranges"][:shown])
+            more = ", ..." if g["gaps"] > shown else ""
+            lines.append(f"{src}: partition {p} skips {g['offsets']:,} offsets in {g['gaps']:,} gap"
+                         f"{'s' if g['gaps'] != 1 else ''} ({ranges}{more})")
+        if len(ordered) > partitions:
+            lines.append(f"{src}: and {len(ordered) - partitions:,} more partitions with gaps (--json lists them)")
+    if summary.get("gaps"):
+        lines.append("[dim]a gap is not an error: compaction, retention or an archive with a hole make them "
+                     "(docs/semantics.md §7.4)[/]")
+    for src, why in (summary.get("gaps_not_checked") or {}).items():
+        lines.append(f"[dim]{src}: gaps not checked: {why}[/]")
+    return lines
 
 
 def print_verification(console: Console, outcome: Any, page: Any) -> None:

@@ -156,14 +156,20 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
     @given(seed=SEEDS)
     def check(seed: int) -> None:
         inputs, policies = batches(seed)
+        rng = random.Random(seed + 2)
+        # identical copies, copies that differ, gaps (a ranged run compares the copies it reads, checks no gap)
+        troubled = {name: offset_trouble(rng, rows)[1] for name, rows in inputs.items()}
         bounds = random.Random(seed).randint(0, 20), random.Random(seed + 1).randint(25, 61)
         tmp = tmp_path_factory.mktemp("prop")
         job = _job(policies, schema)
         for args in ((), ("--start", str(bounds[0]), "--end", str(bounds[1]))):
             label = "ranged " if args else ""
-            fast = run_job(tmp / f"spark{len(args)}", job, inputs, *args)
-            oracle = run_job(tmp / f"ref{len(args)}", job, inputs, *args, engine="reference")
+            fast = run_job(tmp / f"spark{len(args)}", job, troubled, *args)
+            oracle = run_job(tmp / f"ref{len(args)}", job, troubled, *args, engine="reference")
             assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
+            assert fast.summary["duplicates"] == oracle.summary["duplicates"], label + "duplicates"
+            if not args:
+                assert _gap_ranges(fast.summary["gaps"]) == _gap_ranges(oracle.summary["gaps"]), label + "gaps"
             for i in range(len(WINDOWS)):
                 for emit in EMITS:
                     name = f"agg{i}_{emit}"
@@ -173,7 +179,8 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
                         assert fast.summary["operators"][name]["incomplete_windows"] == open_windows, label + name
             assert _ledger(fast.ledger) == _ledger(oracle.ledger), label + "ledger"
             if not args:  # the batch does exercise every kind of drop
-                assert {"unreadable", "invalid_timestamp", "late", "null_key"} <= {r["reason"] for r in oracle.ledger}
+                assert {"unreadable", "invalid_timestamp", "late", "null_key", "conflicting_offset"} <= {
+                    r["reason"] for r in oracle.ledger}
 
     check()
 
@@ -181,7 +188,8 @@ def test_spark_aggregate_equals_reference(tmp_path_factory, spark):
 def test_one_pass_equals_reference(tmp_path_factory, spark):
     """A job whose only operator takes the one pass (emit final, aggregations of the value only:
     plan/fused.py): its output, open windows and ledger equal the reference engine's, whole and ranged, with
-    duplicated records (the same partition and offset twice) among the random ones. A hopping window whose
+    identical copies of records among the random ones (read once), and in the whole run copies that differ
+    (ledgered as conflicting_offset) and offsets missing (gaps), whose counts equal too. A hopping window whose
     size is a multiple of its advance is aggregated by pane, the others by window. One of the two runs orders
     each task in chunks of 8 offsets (as a large input is), whose panes are grouped per chunk first."""
     from unittest import mock
@@ -202,8 +210,7 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
         rng = random.Random(seed)
         policy, window = rng.choice(POLICIES), rng.choice(WINDOWS)
         rows = scenarios(rng, count=(30, 40), policy=policy)["s"]
-        rows += [dict(r) for r in rng.sample(rows, 10)]  # a source may hold a record twice: both count
-        rows.sort(key=lambda r: (r["partition"], r["offset"]))
+        _, rows = offset_trouble(rng, rows)
         source = (f"{{extractor: record, on_invalid: {policy}}}, on_error: skip, "
                   f"value: {{format: json, schema: {schema}}}")
         job = aggregate_job(window, aggregations, "final").replace(
@@ -214,11 +221,17 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
         for args in ((), ("--start", str(bounds[0]), "--end", str(bounds[1]))):
             chunks = (len(args) > 0) == chunked_run
             label = f"{window} {policy} {'ranged' if args else 'whole'}{' in chunks' if chunks else ''}: "
+            inputs = {"s": rows}  # a ranged run compares the copies it reads and checks no gap (§7.4)
             with mock.patch.multiple(tasks, CHUNK_OFFSETS=8 if chunks else tasks.CHUNK_OFFSETS,
                                      CHUNKED_PARTITIONS=3 if chunks else tasks.CHUNKED_PARTITIONS):
-                fast = run_job(tmp / f"spark{len(args)}", job, {"s": rows}, *args)
-            oracle = run_job(tmp / f"ref{len(args)}", job, {"s": rows}, *args, engine="reference")
+                fast = run_job(tmp / f"spark{len(args)}", job, inputs, *args)
+            oracle = run_job(tmp / f"ref{len(args)}", job, inputs, *args, engine="reference")
             assert fast.code == 0 and oracle.code == 0, fast.stderr + oracle.stderr
+            assert fast.summary["duplicates"] == oracle.summary["duplicates"], label + "duplicates"
+            assert fast.summary["duplicates"], label  # the batch does hold copies
+            if not args:
+                assert _gap_ranges(fast.summary["gaps"]) == _gap_ranges(oracle.summary["gaps"]), label + "gaps"
+                assert fast.summary["gaps"] and oracle.summary["ledger"].get("conflicting_offset"), label
             one = fusable(build_plan(load_job(tmp / f"spark{len(args)}" / "job.yaml")))
             assert one is not None, label
             size, advance = one.windows.size, one.windows.advance
@@ -232,6 +245,25 @@ def test_one_pass_equals_reference(tmp_path_factory, spark):
                 assert kinds <= {r["reason"] for r in oracle.ledger}, label
 
     check()
+
+
+def offset_trouble(rng: random.Random, rows: list[dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`rows` with identical copies of 10 records; and the same with, besides, copies of 4 records that differ
+    (a timestamp or a value) and 6 records missing, in offset order (docs/semantics.md §7.2-§7.4)."""
+    copied = rows + [dict(r) for r in rng.sample(rows, 10)]
+    others = rng.sample(rows, 10)
+    changed = [dict(r, timestamp=rng.randint(0, 60)) if i % 2 else dict(r, value=json.dumps({"n": 99}))
+               for i, r in enumerate(others[:4])]
+    missing = {(r["partition"], r["offset"]) for r in others[4:]}
+    messy = [r for r in copied if (r["partition"], r["offset"]) not in missing] + changed
+    return copied, sorted(messy, key=lambda r: (r["partition"], r["offset"]))
+
+
+def _gap_ranges(gaps: dict[str, Any]) -> dict[str, Any]:
+    """The gaps per source and partition, their ranges as (from, to)."""
+    return {s: {p: (g["gaps"], g["offsets"], [(r["from"], r["to"]) for r in g["ranges"]]) for p, g in parts.items()}
+            for s, parts in gaps.items()}
 
 
 ORDER_JOB = """

@@ -3,6 +3,11 @@
 records in == contributing + dropped (by reason), and the late ledger rows equal the late (record, window)
 pairs counted record by record in the counting pass: two independent derivations that must agree, or
 nothing is published.
+
+An identical copy of an offset (docs/semantics.md §7.3) is no record: the ordering leaves it out before any
+operator sees it, so it is in no operator's records in; the run counts it under `duplicates`, and the rows a
+source holds are its `records_read` plus its `duplicates`. Each copy of an offset whose copies differ is a
+record (a `conflicting_offset` ledger row of its source, never an operator's).
 """
 from __future__ import annotations
 

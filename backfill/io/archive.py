@@ -129,20 +129,40 @@ def _rows_added(path: str, version: int) -> int:
     return int(commit.get("operationMetrics", {}).get("numOutputRows", 0))
 
 
-def committed_ranges(spark: SparkSession, spec: SourceSpec, location: str) -> DataFrame | None:
-    """The offsets of a source read as a read_committed consumer reads them, as (partition, c_from, c_to):
-    [c_from, c_to) of partition (null: every partition). An offset inside them without a record is a commit
-    marker or an aborted record, not a record missing. A Kafka source: every offset it read; an archive
-    `archive_topic` wrote: what its commits read (`covered_offsets`); anything else: None (nothing known)."""
-    schema = "partition int, c_from long, c_to long"
+def committed_spans(spec: SourceSpec, location: str) -> dict[int | None, list[tuple[int, int]]] | None:
+    """The offsets of a source read as a read_committed consumer reads them: per partition (None: every
+    partition), the merged ranges [from, to). An offset inside them without a record is a commit marker or an
+    aborted record, not a record missing. A Kafka source: every offset it read (unless the topic is compacted:
+    compaction removes records the application may have seen); an archive `archive_topic` wrote: what its
+    commits read (`covered_offsets`); anything else: None (nothing known)."""
     if spec.format == "kafka":
         assert spec.kafka is not None
         if compacted(spec.kafka.bootstrap, spec.kafka.topic, spec.kafka.security) is not False:  # compaction gaps: records maybe seen
             return None
-        return spark.createDataFrame([(None, -(2**62), 2**62)], schema)
+        return {None: [(-(2**62), 2**62)]}
     if spec.format != "delta":
         return None
     covered = covered_offsets(location)
     if not covered or len({topic for topic, _ in covered}) != 1:  # one topic: a partition names one log
         return None
-    return spark.createDataFrame([(p, a, b) for (_, p), spans in covered.items() for a, b in spans], schema)
+    return {p: _merged(spans) for (_, p), spans in covered.items()}
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ranges [from, to) merged where they touch or overlap (an archive's commits read one after the other)."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def committed_ranges(spark: SparkSession, spec: SourceSpec, location: str) -> DataFrame | None:
+    """`committed_spans` as (partition, c_from, c_to): [c_from, c_to) of partition (null: every partition)."""
+    spans = committed_spans(spec, location)
+    if spans is None:
+        return None
+    return spark.createDataFrame([(p, a, b) for p, ranges in spans.items() for a, b in ranges],
+                                 "partition int, c_from long, c_to long")

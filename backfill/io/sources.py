@@ -192,11 +192,23 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job,
         _headers(df).alias("headers"),
         (F.col(seq_col).cast("long") if spec.order_by else F.lit(None).cast("long")).alias("seq"),
         F.coalesce(problem, key_problem, value_problem).alias("_problem"), where.alias("_where"),
+        _copy(df, spec).alias("_copy"),
     )
     topic = F.coalesce(F.col("_topic"), F.lit(spec.topic or name))
     return out.withColumn("topic", topic).drop("_topic").select(
         "source", "source_rank", "topic", "partition", "offset", "key", "value", "timestamp", "headers", "seq", "_problem",
-        "_where")
+        "_where", "_copy")
+
+
+def _copy(df: DataFrame, spec: SourceSpec) -> Column:
+    """What makes two rows of one offset the same record (docs/semantics.md §7.2): a hash of the key, value,
+    timestamp and headers as stored, each with whether it is null. None for a Kafka topic, which holds one
+    record per offset itself."""
+    if spec.format == "kafka":
+        return F.lit(None).cast("long")
+    parts = [F.col(c) for c in ("key", "value") if c in df.columns]
+    parts += [_millis(df.schema["timestamp"].dataType, "timestamp"), _headers(df)]
+    return F.xxhash64(*[x for p in parts for x in (p, p.isNull())])
 
 
 def _check_key_column(df: DataFrame, spec: SourceSpec, name: str, location: str) -> None:

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import OrderingError
+from backfill.order.offsets import one_copy_per_offset
 from backfill.session import jvm_operator
 
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
@@ -75,6 +76,8 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
             return _one_queue_in_chunks(df, stream_times, partitions, stored)
     # hash on task alone satisfies both windows below: one shuffle
     df = df.withColumn("task", F.col("partition")).repartition("task")
+    queue_columns = ["task"] if single_queue and not given_order else ["task", "source", "topic"]
+    df = one_copy_per_offset(df, queue_columns)
     if single_queue and not given_order:
         # one input partition per task: the merge order is its offset order, so one sort does it all
         queue = Window.partitionBy("task").orderBy("offset")
@@ -184,6 +187,7 @@ def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], opera
     columns = prepared.columns
     prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags})) \
         .repartition(partitions, "task").sortWithinPartitions("task", "offset")
+    prepared = one_copy_per_offset(prepared, ["task"], streamed=True, clear=["_counted", *flags])
     jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
     out = DataFrame(jdf, df.sparkSession)
     values = [c for c in out.columns if c not in {*columns, *flags, "_counted", _RARE}]  # the running values
@@ -207,6 +211,7 @@ def _streamed_heads(df: DataFrame, stream_times: Mapping[str, Column], queues: Q
     prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), "_queue": queues.index(),
                                                  "_group": queues.group(), **flags})) \
         .repartition(partitions, "task").sortWithinPartitions("task", "_queue", "offset")
+    prepared = one_copy_per_offset(prepared, ["task", "_queue"], streamed=True, clear=["_counted", *flags])
     heads = DataFrame(operator.heads(prepared._jdf, "task", "_queue", "ts", "_counted", queues.bounds(), partitions),
                       df.sparkSession)
     return heads, narrow, columns, flags, partitions
@@ -246,7 +251,8 @@ def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues
 def _several_queues_by_task(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
     """_several_queues without the operator: each task's merge positions in Python (order/merge.py) over the
     few columns it reads, joined back; the running values are windows over the task in that order."""
-    task_df = df.withColumn("task", F.col("partition")).withColumn("_queue", queues.index())
+    task_df = df.withColumn("task", F.col("partition")).withColumn("_queue", queues.index()).repartition("task")
+    task_df = one_copy_per_offset(task_df, ["task", "_queue"])
     queue = Window.partitionBy("task", "_queue").orderBy("offset")
     task_df = task_df.withColumns({
         "_partition_time": F.max("ts").over(queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)),
@@ -310,22 +316,26 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
     maxima = {"_partition_time": F.col("ts"), **{name: F.when(reaches, F.col("ts"))
                                                 for name, reaches in stream_times.items()}}
     names = {name: f"_c{i}" for i, name in enumerate(maxima)}  # one carried max per running max
-    local = df.repartition(partitions, "task", "_chunk").select(
+    # one record per offset: an offset's copies are in its chunk; a chunk's first gap is found with the carries
+    spread = one_copy_per_offset(df.repartition(partitions, "task", "_chunk"), ["task", "_chunk"])
+    local = spread.select(
         "*", F.max("ts").over(chunk.rowsBetween(Window.unboundedPreceding, -1)).alias("_lb"),
+        F.row_number().over(chunk).alias("_lr"),
         F.count(processed).over(so_far).alias("_ln"),
         *[F.max(v).over(so_far).alias(f"_l{names[k]}") for k, v in maxima.items()]).localCheckpoint(eager=False)
     stored.append(local)
-    totals = local.groupBy("task", "_chunk").agg(F.max("_ln").alias("n"), *[F.max(f"_l{c}").alias(c)
-                                                                         for c in names.values()]).collect()
+    totals = local.groupBy("task", "_chunk").agg(F.max("_ln").alias("n"), F.max("offset").alias("_hi"),
+                                                 *[F.max(f"_l{c}").alias(c) for c in names.values()]).collect()
     carry = []
     for task in {r["task"] for r in totals}:
-        n, top = 0, {c: None for c in names.values()}
+        n, top, last = 0, {c: None for c in names.values()}, None
         for r in sorted((r for r in totals if r["task"] == task), key=lambda r: (r["_chunk"] is not None, r["_chunk"])):
-            carry.append((task, r["_chunk"], n, *top.values()))
+            carry.append((task, r["_chunk"], n, last, *top.values()))
             n += r["n"] or 0
+            last = r["_hi"] if r["_hi"] is not None else last  # the task's last offset before the next chunk
             top = {c: max((v for v in (top[c], r[c]) if v is not None), default=None) for c in top}
     schema = T.StructType([T.StructField("_ct", local.schema["task"].dataType), T.StructField("_cc", T.LongType()),
-                           T.StructField("_cn", T.LongType()),
+                           T.StructField("_cn", T.LongType()), T.StructField("_co", T.LongType()),
                            *[T.StructField(c, T.LongType()) for c in names.values()]])
     carried = df.sparkSession.createDataFrame(carry, schema)
     # null-safe and left: a record whose task or chunk is null keeps its running values (nothing carried)
@@ -333,10 +343,13 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
     out = local.join(F.broadcast(carried), on, "left")
     out = out.withColumn("_partition_time_before", F.greatest(F.col(names["_partition_time"]), F.col("_lb"))) \
         .withColumn("seq", (F.coalesce(F.col("_cn"), F.lit(0)) + F.col("_ln")).cast("long"))
+    first_gap = F.when((F.col("_lr") == 1) & (F.col("offset") - F.col("_co") > 1), F.col("offset") - F.col("_co") - 1)
+    out = out.withColumn("_gap", F.coalesce(F.col("_gap"), first_gap))
     for name, c in names.items():  # greatest skips nulls: an empty side changes nothing
         out = out.withColumn(name, F.greatest(F.col(c), F.col(f"_l{c}")))
     # `_chunk` stays: the rows are spread by (task, _chunk), which the one pass groups by (plan/fused.py)
-    return out.drop("_ct", "_cc", "_cn", "_lb", "_ln", *names.values(), *[f"_l{c}" for c in names.values()])
+    return out.drop("_ct", "_cc", "_cn", "_co", "_lb", "_ln", "_lr", *names.values(),
+                    *[f"_l{c}" for c in names.values()])
 
 
 def input_bytes(df: DataFrame) -> int | None:

@@ -29,13 +29,13 @@ from backfill.errors import NotImplementedYet, SourceError, SpecError
 from backfill.io.publish import complete_pending, publish
 from backfill.io.sinks import Staged, discard, stage_output
 from backfill.io.sources import read_source
-from backfill.ledger import INVALID_TIMESTAMP, UNREADABLE, ledger_rows
+from backfill.ledger import CONFLICTING_OFFSET, INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.join import as_processed
 from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import Queues, check_copartitioned, order_records, spread_partitions
-from backfill.plan import fused
+from backfill.plan import fused, offsets
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
 from backfill.ops.aggregate import WindowAggregate
@@ -60,6 +60,11 @@ class RunSummary:
     # re-keyed operators' repartition topics (ops/repartition.py): records written, partitions, the key
     repartitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     source_drops: dict[str, dict[str, int]] = field(default_factory=dict)
+    # one record per offset (plan/offsets.py): identical copies read once, per source and partition; the gaps
+    # (offsets missing inside a partition) with their first ranges; sources whose gaps a run cannot tell
+    duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
+    gaps: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    gaps_not_checked: dict[str, str] = field(default_factory=dict)
     operators: dict[str, OperatorCounts] = field(default_factory=dict)
     ledger: dict[str, int] = field(default_factory=dict)
     ledger_rows: int = 0
@@ -169,6 +174,7 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
                     {s.name: s.read_until for s in plan.sources})
     ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=one is not None,
                             stored=stored, constants=constants, queues=queues)
+    ordered = offsets.checked(plan, ordered, summary.gaps_not_checked)
     if rekeyed:
         ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
     check_declared(ordered)
@@ -224,11 +230,16 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         if stored is not None:
             stored.append(groups)
         tasks = fused.window_tasks(groups)
-        apply_stats(plan, fused.stat_rows(plan, one, tasks, seen), ordered, summary)
+        rows = fused.stat_rows(plan, one, tasks, seen)
+        apply_stats(plan, rows, ordered, summary)
         results, dropped = fused.results(one, groups, summary.operators[one.name], stored, tasks.one_task_keys)
+        if offsets.found(rows):  # in the one pass's record rows; past the cool-down, in the records themselves
+            beyond = [ordered.where(_beyond(plan))] if offsets.found(rows, beyond=True) else []
+            offsets.report(plan, [dropped, *beyond], summary)
     else:
         progress("checking records")
-        _record_stats(plan, ordered, summary)
+        if offsets.found(_record_stats(plan, ordered, summary)):
+            offsets.report(plan, [ordered], summary)
         processed = _cut_cooldown(plan, ordered)
         progress("aggregating")
         # every record that can give a ledger row, found in one scan (a few percent of the records)
@@ -409,6 +420,7 @@ def _read_all(plan: Plan, spark: SparkSession, summary: RunSummary, fields: set[
             df = df.withColumn("_fatal", F.coalesce(F.col("_fatal"), F.col("_problem")))
         if bound is not None:  # warm-up bound; records without a timestamp stay for the ledger
             df = df.where(F.col("ts").isNull() | (F.col("ts") >= F.lit(bound)))
+            summary.gaps_not_checked[sp.name] = offsets.not_checked(bound)
         frames.append(df)
     _check_value_formats(plan, frames)
     # sources with different JSON value schemas (a join's two topics) union to one struct of all fields
@@ -427,10 +439,11 @@ def _check_value_formats(plan: Plan, frames: list[DataFrame]) -> None:
 STAT_GROUPS = ("source", "_drop", "_fatal", "task")
 
 
-def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> None:
-    """One pass of counts: per source and drop reason, per operator; fail on a fatal record."""
+def _record_stats(plan: Plan, ordered: DataFrame, summary: RunSummary) -> list[Any]:
+    """One pass of counts: per source and drop reason, per operator; fail on a fatal record. Returns the rows."""
     rows = ordered.groupBy(*STAT_GROUPS).agg(*stat_columns(plan)).collect()
     apply_stats(plan, rows, ordered, summary)
+    return rows
 
 
 def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Column]:
@@ -445,7 +458,7 @@ def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Colu
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
     named = ~F.col("topic").isin(*defaults) & F.coalesce(~F.col("_drop").startswith("unreadable"), F.lit(True))
     topic = F.when(named, F.xxhash64("topic"))
-    return cols + [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi")]
+    return cols + [F.min(topic).alias("topic_lo"), F.max(topic).alias("topic_hi"), *offsets.stat_columns(live)]
 
 
 def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSummary) -> None:
@@ -458,6 +471,7 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     _check_one_topic_per_source(ordered, rows)
     _check_copartitioning(plan, rows, {name: int(i["partitions"]) for name, i in summary.inputs.items()
                                        if i.get("partitions")})
+    offsets.fail_on_conflicts(plan, rows, ordered)  # a source of several topics has no offsets of its own
     for r in rows:
         src = r["source"]
         if src in copies:  # a join input copied into a re-keyed join's tasks: counted as its source
@@ -470,7 +484,8 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
         summary.records_read[src] = summary.records_read.get(src, 0) + r["n"]
         summary.beyond_range[src] = summary.beyond_range.get(src, 0) + r["beyond"]
         if r["_drop"] is not None:
-            reason = UNREADABLE if r["_drop"].startswith("unreadable") else INVALID_TIMESTAMP
+            reason = UNREADABLE if r["_drop"].startswith("unreadable") else r["_drop"] \
+                if r["_drop"] == CONFLICTING_OFFSET else INVALID_TIMESTAMP
             drops = summary.source_drops.setdefault(src, {})
             drops[reason] = drops.get(reason, 0) + r["n"]
     for sp in plan.sources:  # a source without records is still reported, with a warning
@@ -576,7 +591,8 @@ def _ledger_candidates(plan: Plan) -> Column:
 
 def _ledger(processed: DataFrame, results: dict[str, OperatorResult]) -> DataFrame:
     dropped = processed.where(F.col("_drop").isNotNull())
-    reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)).otherwise(F.lit(INVALID_TIMESTAMP))
+    reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)) \
+        .when(F.col("_drop") == CONFLICTING_OFFSET, F.lit(CONFLICTING_OFFSET)).otherwise(F.lit(INVALID_TIMESTAMP))
     detail = F.concat_ws(" in ", F.col("_problem"), F.col("_where.file"))
     source_rows = ledger_rows(dropped, reason=reason, detail=detail, timestamp=F.col("_raw_ts"),
                               stream_time=F.col("_partition_time"), range_time=F.col("_partition_time"))

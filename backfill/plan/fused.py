@@ -33,9 +33,10 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from backfill.errors import BackfillError
-from backfill.ledger import UNREADABLE
+from backfill.ledger import CONFLICTING_OFFSET, UNREADABLE
 from backfill.ops.aggregate import LATE_PAIR, RECORD, WINDOW, WindowAggregate, repeated
 from backfill.ops.base import OperatorCounts, OperatorResult
+from backfill.plan import offsets
 from backfill.session import observed
 from backfill.time.extract import INVALID
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 # the columns of a ledger row's record
 _LEDGER = ("source", "topic", "partition", "offset", "key", "ts")
-_RECORD_ONLY = ("_drop", "_problem", "_where", "_raw_ts", "_partition_time")
+_RECORD_ONLY = ("_drop", "_problem", "_where", "_raw_ts", "_partition_time", *offsets.COLUMNS)
 
 
 def fusable(plan: Plan) -> WindowAggregate | None:
@@ -78,15 +79,19 @@ def one_pass(op: WindowAggregate, ordered: DataFrame, live: Column, counting: li
     `spread` (a large input: order/tasks.py spread_partitions): the pane groups are spread over this many
     Spark partitions by (task, key) before they are merged into windows."""
     unreadable = F.col("_drop").startswith("unreadable")
+    conflicting = F.col("_drop") == CONFLICTING_OFFSET
     late = op.late_refs()
     columns = [F.struct(*counting).alias("_counts"),
                F.count(F.when(unreadable, 1)).alias("_unreadable"),
-               F.count(F.when(F.col("_drop").isNotNull() & ~unreadable, 1)).alias("_invalid"),
+               F.count(F.when(conflicting, 1)).alias("_conflicting"),
+               F.count(F.when(F.col("_drop").isNotNull() & ~unreadable & ~conflicting, 1)).alias("_invalid"),
                F.count(F.when(F.col("_fatal").isNotNull(), 1)).alias("_fatal"), op.fused_pairs(live, late)]
     ordered = ordered.withColumns(op.late_columns())
     counted = Counted(Observation(), ordered, columns)
     ordered = ordered.observe(counted.seen, *columns)
-    record_row = F.col("_drop").isNotNull() | F.col("key").isNull()
+    # a record with copies left out or a gap before it has a row too, for the run's report (plan/offsets.py)
+    record_row = F.col("_drop").isNotNull() | F.col("key").isNull() | F.col("_copies").isNotNull() \
+        | F.col("_gap").isNotNull()
     panes = op.panes()
     rows = op.fused_rows(ordered, live, record_row, panes is not None, late)
     kind = F.col("_g")
@@ -142,7 +147,8 @@ def stat_rows(plan: Plan, op: WindowAggregate, tasks: Tasks, seen: Counted) -> l
     # how many records each drop category holds is counted on its own
     row = {**counted["_counts"].asDict(), "source": source, "_drop": None, "_fatal": None, "task": None,
            op.stat("st"): None}
-    dropped = {UNREADABLE: counted["_unreadable"], INVALID: counted["_invalid"]}
+    dropped = {UNREADABLE: counted["_unreadable"], INVALID: counted["_invalid"],
+               CONFLICTING_OFFSET: counted["_conflicting"]}
     rows.append({**row, "n": row["n"] - sum(dropped.values())})
     nothing = {op.stat(k): 0 for k in ("in", "nullkey", "contrib", "late")}
     rows += [{**row, **nothing, "_drop": drop, "n": n, "beyond": 0} for drop, n in dropped.items() if n]

@@ -22,6 +22,7 @@ from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopologies
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.flinkrules import run_rules
+from backfill.reference import offsets
 from backfill.reference.join import StreamJoin
 from backfill.reference.partition_group import partition_group
 from backfill.reference.records import ledger_row, read_records
@@ -44,6 +45,8 @@ class ReferenceResult:
     ledger: list[dict[str, Any]] = field(default_factory=list)
     order: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     records_read: dict[str, int] = field(default_factory=dict)
+    duplicates: dict[str, dict[str, int]] = field(default_factory=dict)  # docs/semantics.md §7.2
+    gaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     duration_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,7 +56,8 @@ class ReferenceResult:
             reasons[row["reason"]] += 1
         return {"engine": "reference", "job": self.job, "start": self.start, "end": self.end,
                 "records_read": self.records_read, "records_in": sum(self.records_read.values()),
-                "ledger": dict(reasons), "outputs": self.outputs, "incomplete": self.incomplete,
+                "ledger": dict(reasons), "duplicates": self.duplicates, "gaps": self.gaps,
+                "outputs": self.outputs, "incomplete": self.incomplete,
                 "ledger_rows": self.ledger, "duration_s": round(self.duration_s, 3)}
 
 
@@ -70,6 +74,8 @@ class Queue:
         self.start, self.until = start, until
         self.given_order = given_order
         self.partition_time = -1  # max timestamp dequeued so far (RecordQueue#poll)
+        # the same but for copies of an offset whose copies differ: what replaces an invalid timestamp (§7.2)
+        self.replacement_time = -1
         self.processed_time = -1  # the same over the records this run processes (not those before --start)
         self.pos = 0
         self.head: dict[str, Any] | None = None
@@ -83,6 +89,9 @@ class Queue:
             self.pos += 1
             if self.until is not None and self.partition_time >= self.until:
                 return  # beyond the cool-down: this partition is done for this range
+            if rec.get("_conflict") is not None:  # its offset's copies differ (its source does not fail on it)
+                self._ledger(rec, "conflicting_offset", f"its copies differ in {rec['_conflict']}", rec["_ts"])
+                continue
             if rec["_problem"] is not None:
                 if self.on_error == "fail":
                     raise SourceError(f"sources.{self.source}: record {rec['topic']}/{rec['partition']}@"
@@ -94,7 +103,7 @@ class Queue:
                 continue
             rec["ts"] = ts
             if self.start is not None and ts < self.start:
-                self.partition_time = max(self.partition_time, ts)
+                self._passed(rec, ts)
                 continue  # before the warm-up bound: not part of this run
             self.head = rec
             return
@@ -107,9 +116,9 @@ class Queue:
         if self.spec.on_invalid == "fail":
             raise SourceError(f"{where} has an invalid timestamp ({raw})")
         if self.spec.on_invalid == "partition_time":
-            if self.partition_time < 0:
+            if self.replacement_time < 0:
                 raise SourceError(f"{where} has an invalid timestamp ({raw}) and no partition time yet")
-            return self.partition_time
+            return self.replacement_time
         self._ledger(rec, "invalid_timestamp", None, raw)
         return None
 
@@ -117,11 +126,16 @@ class Queue:
         ptime = self.partition_time if self.partition_time >= 0 else None
         self.result.ledger.append(ledger_row(rec, None, reason, raw, ptime, None, detail=detail, range_time=ptime))
 
+    def _passed(self, rec: dict[str, Any], ts: int) -> None:
+        self.partition_time = max(self.partition_time, ts)
+        if not rec.get("_differs"):
+            self.replacement_time = max(self.replacement_time, ts)
+
     def poll(self) -> dict[str, Any]:
         """Dequeue the head; partition time := max(partition time, ts)."""
         rec = self.head
         assert rec is not None
-        self.partition_time = max(self.partition_time, rec["ts"])
+        self._passed(rec, rec["ts"])
         self.processed_time = max(self.processed_time, rec["ts"])
         self._advance()
         return rec
@@ -222,8 +236,16 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
     queues_by_task: dict[int, list[Queue]] = defaultdict(list)
     partitions: dict[str, int] = {}
     for rank, (name, spec) in enumerate(job.spec.sources.items()):
-        records = read_records(job, name)
+        records, left_out = offsets.one_per_offset(read_records(job, name), name, spec.on_error, spec.timestamp,
+                                                   bounds[name][0])
         result.records_read[name] = len(records)
+        if left_out:
+            result.duplicates[name] = left_out
+        if bounds[name][0] is None:  # a run from a warm-up bound does not read the offsets before it
+            found = offsets.gaps(records, offsets.covered(job.resolve(spec.path or "")) if spec.format == "delta"
+                                 else None)
+            if found:
+                result.gaps[name] = found
         for rec in records:  # a record with a partition and an offset waits in its queue; the others cannot
             if rec["partition"] is not None and rec["offset"] is not None:
                 continue
@@ -256,8 +278,11 @@ def _run_rules(job: Job, result: ReferenceResult) -> None:
     """Rules operators (docs/semantics.md §12): every record of both sources, each source's ledger rows first."""
     records: dict[str, list[dict[str, Any]]] = {}
     for rank, (name, spec) in enumerate(job.spec.sources.items()):
-        recs = read_records(job, name, raw_json=True)
+        recs, left_out = offsets.one_per_offset(read_records(job, name, raw_json=True), name, spec.on_error,
+                                                spec.timestamp)
         result.records_read[name] = len(recs)
+        if left_out:
+            result.duplicates[name] = left_out
         by_partition: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for rec in recs:
             if rec["partition"] is None or rec["offset"] is None:

@@ -211,9 +211,32 @@ def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[st
         value, value_problem = decoders["value"].decode(binary["value"] if problem is None else None)
     else:
         value, value_problem = _value(row.get("value"), spec, schema, raw_json)
+    stamp = _millis(row.get("timestamp"))
     return {"source": name, "topic": row.get("topic") or spec.topic or name, "partition": row.get("partition"),
-            "offset": row.get("offset"), "key": key, "value": value, "timestamp": _millis(row.get("timestamp")),
-            "seq": row.get(spec.order_by) if spec.order_by else None, "_problem": problem or value_problem}
+            "offset": row.get("offset"), "key": key, "value": value, "timestamp": stamp,
+            "seq": row.get(spec.order_by) if spec.order_by else None, "_problem": problem or value_problem,
+            "_copy": _identity(row, stamp), "_ts": stamp if spec.timestamp.extractor == "record" else
+            _path(value, spec.timestamp.field or "")}
+
+
+def _identity(row: dict[str, Any], stamp: int | None) -> tuple[Any, ...]:
+    """What makes two rows of one offset the same record: key, value, timestamp and headers as stored (JSON as
+    its text with sorted keys)."""
+    def stored(v: Any) -> Any:
+        return json.dumps(v, sort_keys=True, separators=(",", ":")) if isinstance(v, (dict, list)) else v
+
+    headers = row.get("headers")
+    if isinstance(headers, dict):
+        headers = tuple(sorted(headers.items()))
+    elif isinstance(headers, list):
+        headers = tuple((h.get("key"), h.get("value")) if isinstance(h, dict) else h for h in headers)
+    return stored(row.get("key")), stored(row.get("value")), stamp, headers
+
+
+def _path(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 _BAD = object()

@@ -44,6 +44,15 @@ def raw_timestamp(records: DataFrame, spec: TimestampSpec, source: str) -> Colum
     return col.try_cast("long")
 
 
+def _conflicting(df: DataFrame) -> Column:
+    """A copy of an offset whose copies differ (io/sources.py `_copy`): it gives no partition time. Partitioned
+    by the offset within the window below, which sorts the same way: no sort of its own."""
+    if "_copy" not in df.columns:
+        return F.lit(False)
+    copies = Window.partitionBy("source", "topic", "partition", "offset")
+    return F.coalesce(F.min("_copy").over(copies) != F.max("_copy").over(copies), F.lit(False))
+
+
 def extract(records: DataFrame, spec: TimestampSpec, source: str) -> DataFrame:
     """Add `ts` (extracted, policy applied) and `_drop` ('unreadable...', invalid_timestamp) / `_fatal`."""
     raw = raw_timestamp(records, spec, source)
@@ -52,9 +61,10 @@ def extract(records: DataFrame, spec: TimestampSpec, source: str) -> DataFrame:
     invalid = readable & (F.col("_raw_ts").isNull() | (F.col("_raw_ts") < 0))
     if spec.on_invalid == "partition_time":
         # max of earlier valid timestamps of this partition in offset order (RecordQueue#poll)
+        # (by offset: the copies of an offset are not earlier than each other; docs/semantics.md §7.2)
         earlier = (Window.partitionBy("source", "topic", "partition").orderBy("offset")
-                   .rowsBetween(Window.unboundedPreceding, -1))
-        valid_ts = F.when(readable & (F.col("_raw_ts") >= 0), F.col("_raw_ts"))
+                   .rangeBetween(Window.unboundedPreceding, -1))
+        valid_ts = F.when(readable & (F.col("_raw_ts") >= 0) & ~_conflicting(df), F.col("_raw_ts"))
         df = df.withColumn("_ptime", F.max(valid_ts).over(earlier))
         ts = F.when(invalid, F.col("_ptime")).otherwise(F.col("_raw_ts"))
         fatal = F.when(invalid & F.col("_ptime").isNull(), F.lit(NO_PARTITION_TIME))

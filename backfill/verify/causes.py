@@ -27,7 +27,9 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 - unexplained: none of the above: a real logic difference.
 
 Sliding and session windows (`attribute_by_bounds`) get the causes their outputs alone can show:
-duplicate_delivery, session_merge_differs, range_boundary; the record-level causes are not attempted.
+duplicate_delivery, session_merge_differs, range_boundary, and missing_input from the input's offset gaps (the
+run's gap record, docs/semantics.md §7.4, when it stands for the input); the other record-level causes are not
+attempted.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ from backfill.verify import restarts
 from backfill.verify.joins import JOIN_CAUSES
 from backfill.verify.reconcile import BROADCAST_KEYS, MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
-from backfill.verify.tables import source_committed_ranges, without_committed_gaps
+from backfill.verify.tables import recorded_gaps, source_committed_ranges, without_committed_gaps
 
 CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
           *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "close_mechanism_differs", "cache_coalesced",
@@ -62,6 +64,7 @@ CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_deliver
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
 DECODED_ALL = "decoding every input value"  # how verify learnt which records reach the operator
+DERIVED_GAPS = "found again in the input's offsets"  # how verify learnt the input's offset gaps
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Evidence:
     # decoded values, for the few records whose values are read
     decode: Callable[[DataFrame], DataFrame] = decoded
     values_checked_by: str = DECODED_ALL  # or the run whose reading of the input is reused
+    gaps_from: str = DERIVED_GAPS  # or the run whose gap record (plan/offsets.py) is used
 
 
 def release(ev: Evidence) -> None:
@@ -245,17 +249,7 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
         F.min("offset").alias("first_offset"), F.min_by("ts", "offset").alias("first_ts"),
         (F.max("offset") - F.min("offset") + 1 == F.count(F.lit(1))).alias("dense"))
         .join(end_st, "partition", "left"))
-    order = Window.partitionBy("partition").orderBy("offset")
-    gaps = (offsets.withColumn("_prev", F.lag("offset").over(order))
-            .withColumn("st_before", F.max(F.when(F.col("_r"), F.col("ts"))).over(
-                order.rowsBetween(Window.unboundedPreceding, -1)))
-            .where(F.col("offset") - F.col("_prev") > 1)
-            .select("partition", (F.col("_prev") + 1).alias("gap_from"), (F.col("offset") - 1).alias("gap_to"),
-                    "st_before", F.col("ts").alias("ts_after")))
-    committed = None if op.aggregate.group_by is not None else source_committed_ranges(spark, plan, op.aggregate.input)
-    if committed is not None:  # transaction markers and aborted records: offsets no consumer of the topic saw
-        gaps = without_committed_gaps(gaps, committed)
-    gaps = gaps.limit(MAX_GAPS)
+    gaps, gaps_from = _gaps(spark, plan, op, offsets, run)
     late_schema = "partition int, offset long, window_start long, stream_time long"
     if ledger is None:
         late = spark.createDataFrame([], late_schema)
@@ -270,7 +264,31 @@ def gather(spark: SparkSession, plan: Plan, op: OperatorSpec, ledger: DataFrame 
                     .join(places, ["_p", "_o"]).select("partition", "offset", "window_start", "stream_time"))
     return Evidence(raw=raw, records=records, partitions=partitions, gaps=gaps, late=late,
                     ledger_read=ledger is not None, stream_times_from=origin, held=read.held, decode=read.decode,
-                    values_checked_by=read.checked_by)
+                    values_checked_by=read.checked_by, gaps_from=gaps_from)
+
+
+def _gaps(spark: SparkSession, plan: Plan, op: OperatorSpec, offsets: DataFrame, run: dict[str, Any] | None
+          ) -> tuple[DataFrame, str]:
+    """The operator's input's offset gaps (partition, gap_from, gap_to, st_before, ts_after) and where they come
+    from: the gap record of the run that published the output, when it stands for the input as it is; else
+    found again in every offset read (what a read_committed consumer never sees left out, as the run does)."""
+    assert op.aggregate is not None
+    if op.aggregate.group_by is None:
+        recorded = recorded_gaps(spark, plan, op.aggregate.input, run)
+        if recorded is not None:
+            return (recorded.withColumnRenamed("ts_before", "st_before"),
+                    f"recorded by run {(run or {}).get('run_id', '?')}")
+    order = Window.partitionBy("partition").orderBy("offset")
+    gaps = (offsets.withColumn("_prev", F.lag("offset").over(order))
+            .withColumn("st_before", F.max(F.when(F.col("_r"), F.col("ts"))).over(
+                order.rowsBetween(Window.unboundedPreceding, -1)))
+            .where(F.col("offset") - F.col("_prev") > 1)
+            .select("partition", (F.col("_prev") + 1).alias("gap_from"), (F.col("offset") - 1).alias("gap_to"),
+                    "st_before", F.col("ts").alias("ts_after")))
+    committed = None if op.aggregate.group_by is not None else source_committed_ranges(spark, plan, op.aggregate.input)
+    if committed is not None:  # transaction markers and aborted records: offsets no consumer of the topic saw
+        gaps = without_committed_gaps(gaps, committed)
+    return gaps.limit(MAX_GAPS), DERIVED_GAPS
 
 
 def sample_members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, limit: int) -> DataFrame:
@@ -529,9 +547,7 @@ def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows,
 
 def _with_gaps(out: DataFrame, ev: Evidence, parts: list[Any], windows: TimeWindows) -> DataFrame:
     """`_gap`: an offset gap in the key's partition (any partition for a key never read) while the window was open."""
-    # only partitions whose offsets are not dense need the offset-ordered pass that finds the gaps
-    gapped = [r["partition"] for r in parts if not r["dense"]]
-    gaps = ev.gaps.where(F.col("partition").isin(gapped)).collect() if gapped else []
+    gaps = _gap_rows(ev, parts)
     if not gaps:
         return out.withColumn("_gap", F.lit(None).cast("string"))
     hits = []
@@ -545,6 +561,34 @@ def _with_gaps(out: DataFrame, ev: Evidence, parts: list[Any], windows: TimeWind
         text = f"partition {g['partition']} offsets {g['gap_from']}-{g['gap_to']} are missing in the input"
         hits.append(F.when(in_partition & open_then, F.lit(text)))
     return out.withColumn("_gap", F.coalesce(*hits))
+
+
+def _gap_rows(ev: Evidence, parts: list[Any]) -> list[Any]:
+    """The evidence's gaps, collected: only partitions whose offsets are not dense need the offset-ordered pass
+    that finds them again; a run's gap record is read as it is."""
+    if ev.gaps_from != DERIVED_GAPS:
+        return ev.gaps.collect()
+    gapped = [r["partition"] for r in parts if not r["dense"]]
+    return ev.gaps.where(F.col("partition").isin(gapped)).collect() if gapped else []
+
+
+def _bounds_gaps(out: DataFrame, ev: Evidence, window: Any, end: Column) -> DataFrame:
+    """`_gap` for sliding and session windows: an offset gap in the key's partition while the window could still
+    take a record (sliding: its end at or after stream time - grace; a session: within a gap more) and could
+    hold one from the gap (a record at t is in sliding windows starting by t + 1, merges sessions starting by
+    t + gap)."""
+    session = window.type == "session"
+    reach = int(window.gap or 0) if session else 1
+    hold = window.grace_ms + (int(window.gap or 0) if session else 0)
+    hits = []
+    for g in _gap_rows(ev, ev.partitions.collect()):
+        lo = g["st_before"] if g["st_before"] is not None else -1
+        hi = max(lo, g["ts_after"] if g["ts_after"] is not None else lo)
+        in_partition = F.when(F.col("_parts").isNotNull(), F.array_contains("_parts", g["partition"])).otherwise(True)
+        open_then = (end + F.lit(hold) >= F.lit(lo)) & (F.col("window_start") <= F.lit(hi + reach))
+        text = f"partition {g['partition']} offsets {g['gap_from']}-{g['gap_to']} are missing in the input"
+        hits.append(F.when(in_partition & open_then, F.lit(text)))
+    return out.withColumn("_gap", F.coalesce(*hits) if hits else F.lit(None).cast("string"))
 
 
 def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensitive: list[str]) -> DataFrame:
@@ -653,20 +697,26 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         out = out.join(near, ["key", "window_start", "window_end"], "left")
     else:
         out = out.withColumn("_other", F.lit(None).cast("string"))
+    out = _bounds_gaps(out, ev, w, end)
     cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"),
                                                      F.lit("duplicate_delivery")).otherwise(F.lit("unexplained")))
+             .when(F.col("_other").isNotNull() & F.col("_gap").isNotNull(), F.lit("missing_input"))
              .when(F.col("_other").isNotNull(), F.lit("session_merge_differs"))
              .when(open_ | outside, F.lit("range_boundary"))
+             .when(F.col("_gap").isNotNull(), F.lit("missing_input"))
              .otherwise(F.lit("unexplained")))
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
     detail = (F.when(F.col("category") == dup, F.format_string(
         "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
+        .when(F.col("_other").isNotNull() & F.col("_gap").isNotNull(), F.concat(
+            F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise")))
         .when(F.col("_other").isNotNull(), F.format_string(
             "the %s has the session %s of this key instead: the records merged differently (their processing "
             "order, or what the session store still held, differed)", side, F.col("_other")))
         .when(open_, F.lit(f"window not closed by the end of the data read (stream time {'<' if suppress else '<='} "
                            "window end + grace" + (" + gap)" if session else ")")))
         .when(outside, F.lit("window outside the streaming output's range"))
+        .when(F.col("_gap").isNotNull(), F.col("_gap"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))
     keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -52,7 +53,7 @@ from backfill.plan.definition import Plan
 from backfill.session import release
 from backfill.time.extract import extract
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
-from backfill.verify.tables import is_topic_archive, source_committed_ranges, without_committed_gaps
+from backfill.verify.tables import is_topic_archive, recorded_gaps, source_committed_ranges, without_committed_gaps
 
 MOVED = "moved"
 JOIN_CAUSES = ("expired_differs", "partner_after_close", "emit_throttle", "processing_order")
@@ -163,24 +164,33 @@ class JoinEvidence:
     # ts_before, ts_after (every record read counts, a dropped one too: only what the archive lacks is a gap)
 
 
-def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSession) -> JoinEvidence:
-    """The join's records as the run processed them (same reading, order and cut as `backfill run`)."""
+def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSession,
+             run: dict[str, Any] | None = None) -> JoinEvidence:
+    """The join's records as the run processed them (same reading, order and cut as `backfill run`); `run`: the
+    manifest of the run over this range, whose gap record (docs/semantics.md §7.4) is used where it stands."""
     from backfill.plan.evaluator import join_records  # the evaluator imports this package's users
 
     assert op.join is not None
     records = join_records(plan, spark, op.name)
     records = records.withColumn("k", F.col("key").cast("string"))
-    gaps = None if op.join.group_by is not None else _input_gaps(spark, plan, op)  # a task is a partition
+    gaps = None if op.join.group_by is not None else _input_gaps(spark, plan, op, run)  # a task is a partition
     return JoinEvidence(records=records, windows=JoinWindows.of(op.join),
                         joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype, gaps=gaps)
 
 
-def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame:
-    """Where a join input's archive skips offsets (docs/semantics.md §8): per partition (the task of a
-    co-partitioned join), the offsets missing and the timestamps of the records around them."""
+def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec, run: dict[str, Any] | None = None) -> DataFrame:
+    """Where a join input's archive skips offsets (docs/semantics.md §7.4): per partition (the task of a
+    co-partitioned join), the offsets missing and the timestamps of the records around them: as the run that
+    published the output recorded them, where that record stands for the input, else found again."""
     frames = []
     for source in op.inputs:
         spec = plan.job.spec.sources[source]
+        recorded = recorded_gaps(spark, plan, source, run)
+        if recorded is not None:
+            topic = spec.kafka.topic if spec.kafka is not None else spec.topic or source
+            frames.append(recorded.select(F.col("partition").alias("task"), F.lit(topic).alias("topic"), "gap_from",
+                                          "gap_to", "ts_before", "ts_after"))
+            continue
         read = read_source(spark, plan.job, source, plan.source(source).rank, headers=False)
         df = extract(read.records, spec.timestamp, source).select("topic", "partition", "offset", "ts")
         order = Window.partitionBy("topic", "partition").orderBy("offset")

@@ -276,6 +276,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                                                                  plan.end), store=bool(differs))
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
         notes.append(f"which input records reached the operator: {ev.values_checked_by}")
+        notes.append(f"the input's offset gaps: {ev.gaps_from}")
         attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
         if differs:
             progress(f"{op.name}: attributing causes")
@@ -428,7 +429,8 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         cause_counts = {c: 0 for c in causes_mod.CAUSES}
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark))
+            run = last_run(plan.runs_sink, plan.job.spec.name, plan.start, plan.end)
+            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark, run))
             counts = {c: 0 for c in joins.categories()}
             counts[MATCH] = rows.where(F.col("category") == MATCH).count()
             for r in attributed.groupBy("category", "cause").count().collect():

@@ -3,9 +3,11 @@ file/folder, or a Kafka topic (`kafka://HOST:PORT/TOPIC`: read whole, committed 
 would hold it)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -15,6 +17,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.io.archive import committed_ranges
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import REGISTRY_FORMATS, KeySpec, SecuritySpec, ValueSpec
+from backfill.io.sources import content_fingerprint
 from backfill.plan.definition import Plan
 
 _VERSIONED = re.compile(r"^(?P<path>.+)@(?P<version>\d+)$")
@@ -216,3 +219,39 @@ def without_committed_gaps(gaps: DataFrame, committed: DataFrame, partition: str
     inside = ((F.col("_cp").isNull() | (F.col(partition) == F.col("_cp")))
               & (F.col("gap_from") >= F.col("c_from")) & (F.col("gap_to") < F.col("c_to")))
     return gaps.join(c, inside, "left_anti")
+
+
+def recorded_gaps(spark: SparkSession, plan: Plan, source: str, run: dict[str, Any] | None) -> DataFrame | None:
+    """The offset gaps of `source` as the run that published the output recorded them (plan/offsets.py; what a
+    read_committed consumer never sees is left out already): (partition, gap_from, gap_to, ts_before: the
+    newest timestamp before the gap, ts_after: the record's after it). None when that record cannot stand for
+    the input as verify reads it: no run, a run that did not check gaps (one from a warm-up bound), one that
+    lists fewer ranges than it found, or an input changed since (its fingerprint, io/sources.py)."""
+    counts = (run or {}).get("counts") or {}
+    if run is None or "gaps" not in counts or source in (counts.get("gaps_not_checked") or {}):
+        return None
+    found = (counts.get("gaps") or {}).get(source) or {}
+    if any(int(g["gaps"]) > len(g["ranges"]) for g in found.values()):
+        return None
+    try:
+        then = (json.loads(run.get("inputs") or "{}").get(source) or {}).get("content")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if then is None or then != current_fingerprint(plan, source):
+        return None
+    rows = [(int(p), int(r["from"]), int(r["to"]), r.get("ts_before"), r.get("ts_after"))
+            for p, g in found.items() for r in g["ranges"]]
+    return spark.createDataFrame(rows, "partition int, gap_from long, gap_to long, ts_before long, ts_after long")
+
+
+def current_fingerprint(plan: Plan, source: str) -> str | None:
+    """io/sources.py `content_fingerprint` of a file or Delta source as it is now (None: it has none)."""
+    from backfill.io.delta import table_version
+
+    spec = plan.job.spec.sources[source]
+    if spec.format == "kafka" or spec.as_of:
+        return None
+    location = plan.job.resolve(spec.path or "")
+    version = (spec.version if spec.version is not None else table_version(location)) if spec.format == "delta" \
+        else None
+    return content_fingerprint(plan.job, source, location, version)

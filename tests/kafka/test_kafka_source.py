@@ -286,8 +286,9 @@ def test_transaction_markers_in_the_input_are_no_missing_input(tmp_path, kafka_b
         folder.mkdir()
         job = folder / "job.yaml"
         job.write_text(TX_JOB.replace("SOURCE", source))
-        code, _, err = _run(job)
+        code, summary, err = _run(job)
         assert code == 0, err
+        assert summary["gaps"] == {} and summary["duplicates"] == {}, name  # markers, aborted records: no gap
         gold = read_jsonl(folder / "out" / "per_user.jsonl")
         # the stream's output: the same windows, one of them a count too high (a logic difference)
         wrong = max(gold, key=lambda r: r["n"])
@@ -304,8 +305,12 @@ def test_transaction_markers_in_the_input_are_no_missing_input(tmp_path, kafka_b
 
     inside = sorted(r["offset"] for r in spark.read.format("delta").load(str(archive)).collect()
                     if wrong["window_start"] <= r["timestamp"] < wrong["window_end"])
-    DeltaTable.forPath(spark, str(archive)).delete(f"offset = {inside[len(inside) // 2]}")
+    deleted = inside[len(inside) // 2]
+    DeltaTable.forPath(spark, str(archive)).delete(f"offset = {deleted}")
     job = tmp_path / "job-archive" / "job.yaml"
+    code, summary, err = _run(job)  # the run reports the gap (docs/semantics.md §7.4), and verify reads its record
+    assert code == 0, err
+    assert any(r["from"] <= deleted <= r["to"] for r in summary["gaps"]["clicks"]["0"]["ranges"]), summary["gaps"]
     checked = CliRunner().invoke(app, ["verify", str(job), "--json", "--against", f"per_user={against}",
                                        "--report", str(tmp_path / "report-deleted")])
     causes = json.loads(checked.stdout)["causes"]

@@ -36,7 +36,7 @@ InRange = Callable[[str], Column]  # column name -> "its value is inside the run
 
 @dataclass
 class OperatorCounts:
-    """Conservation of one operator: in = contributing + dropped (by reason)."""
+    """Conservation of one operator: in = contributing + dropped (by reason) + filtered (its `where`)."""
 
     records_in: int = 0
     contributing: int = 0
@@ -46,11 +46,12 @@ class OperatorCounts:
     incomplete_windows: int = 0
     final_stream_time: dict[int, int] = field(default_factory=dict)
     kind: str = "aggregate"
+    filtered: int = 0  # dropped by its `where` before it (no ledger row: docs/semantics.md §14)
 
     @property
     def balanced(self) -> bool:
-        """records_in == contributing + every dropped record."""
-        return self.records_in == self.contributing + sum(self.dropped.values())
+        """records_in == contributing + every dropped record + every filtered one."""
+        return self.records_in == self.contributing + sum(self.dropped.values()) + self.filtered
 
 
 @dataclass(frozen=True)

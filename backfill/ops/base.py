@@ -147,7 +147,7 @@ class Operator(ABC):
     def grace_ms(self) -> int:
         """Its grace: how long after a window's end (a join's bound) a late record still counts."""
         spec = self.spec
-        if spec is not None and spec.aggregate is not None:
+        if spec is not None and spec.aggregate is not None and spec.aggregate.window is not None:
             return spec.aggregate.window.grace_ms
         return 0
 

@@ -9,6 +9,7 @@ from backfill.ops.join import StreamJoin
 from backfill.ops.rules import RulesOperator
 from backfill.ops.session import SessionAggregate
 from backfill.ops.sliding import SlidingAggregate
+from backfill.ops.table_aggregate import TableAggregate
 
 # by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
@@ -18,6 +19,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "hopping": WindowAggregate,
     "sliding": SlidingAggregate,
     "session": SessionAggregate,
+    "table": TableAggregate,  # an aggregate without a window (docs/semantics.md §15)
 }
 
 
@@ -28,7 +30,7 @@ def kind_of(spec: OperatorSpec) -> str:
     if spec.rules is not None:
         return "rules"
     assert spec.aggregate is not None
-    return spec.aggregate.window.type
+    return spec.aggregate.window.type if spec.aggregate.window is not None else "table"
 
 
 def operator_for(job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,

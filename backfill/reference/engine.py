@@ -30,6 +30,7 @@ from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
+from backfill.reference.table import TableAggregate
 
 
 @dataclass
@@ -363,11 +364,13 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
 
 
 def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
-               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin:
+               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate:
     """One operator instance per task, by kind."""
     if op.join is not None:
         return StreamJoin(op, task, result, rules)
     assert op.aggregate is not None
+    if op.aggregate.window is None:
+        return TableAggregate(op, task, result)
     if op.aggregate.window.type == "session":
         return SessionAggregate(op, task, result)
     if op.aggregate.window.type == "sliding":
@@ -417,7 +420,8 @@ def _apply_range(job: Job, result: ReferenceResult) -> None:
 
     for name in result.outputs:
         op = job.spec.operator(name)
-        column = "ts" if op.join is not None or op.rules is not None else "window_start"  # join/alert rows: ts
+        # join, alert and table rows: ts
+        column = "ts" if op.join is not None or op.rules is not None or op.aggregate.window is None else "window_start"
         result.outputs[name] = [r for r in result.outputs[name] if inside(r[column])]
         result.incomplete[name] = [r for r in result.incomplete[name] if inside(r[column])]
     result.ledger = [r for r in result.ledger if inside(r["range_time"])]

@@ -10,10 +10,12 @@ from backfill.ops.rules import RulesOperator
 from backfill.ops.session import SessionAggregate
 from backfill.ops.sliding import SlidingAggregate
 from backfill.ops.table_aggregate import TableAggregate
+from backfill.ops.table_join import TableJoin
 
 # by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
+    "table_join": TableJoin,  # a join with `table:` (docs/semantics.md §16)
     "rules": RulesOperator,
     "tumbling": WindowAggregate,
     "hopping": WindowAggregate,
@@ -26,7 +28,7 @@ OPERATORS: dict[str, type[Operator]] = {
 def kind_of(spec: OperatorSpec) -> str:
     """The registry key of a job operator."""
     if spec.join is not None:
-        return "join"
+        return "join" if spec.join.table is None else "table_join"
     if spec.rules is not None:
         return "rules"
     assert spec.aggregate is not None

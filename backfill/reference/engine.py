@@ -30,7 +30,7 @@ from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
-from backfill.reference.table import TableAggregate
+from backfill.reference.table import TableAggregate, TableJoin
 
 
 @dataclass
@@ -364,8 +364,10 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
 
 
 def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
-               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate:
+               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate | TableJoin:
     """One operator instance per task, by kind."""
+    if op.join is not None and op.join.table is not None:
+        return TableJoin(op, task, result, rules)
     if op.join is not None:
         return StreamJoin(op, task, result, rules)
     assert op.aggregate is not None

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backfill.conformance import topologies
 from backfill.conformance.scenarios import Scenario
 from backfill.errors import SpecError
 from backfill.session import SHORT_RUN_OPTIONS
@@ -62,7 +63,9 @@ def encode(scenarios: list[Scenario]) -> str:
     lines = []
     for sc in scenarios:
         c = sc.config
-        if sc.kind == "aggregate":
+        if sc.kind in topologies.KINDS:
+            lines.append(topologies.harness_line(sc.kind, sc.id, c))
+        elif sc.kind == "aggregate":
             lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{c['emit']}")
         elif sc.kind in ("session", "sliding"):
             # emit: final is emit-on-close (ON_WINDOW_CLOSE); for sliding windows with a store that keeps every

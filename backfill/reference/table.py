@@ -8,6 +8,7 @@ from typing import Any
 from backfill.errors import SourceError
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
+from backfill.reference.join import key_bytes
 from backfill.reference.records import ledger_row
 from backfill.reference.rules import JOINER_FIELDS
 
@@ -70,7 +71,7 @@ class TableJoin:
         self.history: dict[Any, dict[int, dict[str, Any]]] = {}  # a versioned store: key -> ts -> record
         self.store_time = -1  # the versioned store's observed stream time (its accepted puts)
         self.stream_time = -1  # the join's own (the stream records it takes; the grace buffer's clock)
-        self.buffer: list[tuple[int, int, dict[str, Any]]] = []  # (ts, arrival, record)
+        self.buffer: list[tuple[int, bytes, int, dict[str, Any]]] = []  # (ts, key bytes, arrival, record)
         self.arrivals = 0
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
@@ -93,7 +94,11 @@ class TableJoin:
             self._ledger(rec, "expired", "a versioned table's put older than its history retention: refused")
             return
         self.store_time = max(self.store_time, t)
-        self.history.setdefault(key, {})[t] = rec  # a version of the same timestamp is replaced
+        versions = self.history.setdefault(key, {})
+        if rec["value"] is None and len(versions) == 1 and t in versions and versions[t]["value"] is not None:
+            del self.history[key]  # a delete of the key's only version, at its timestamp, leaves no trace (§16.4)
+            return
+        versions[t] = rec  # a version of the same timestamp is replaced
 
     def _join_processor(self, rec: dict[str, Any], seq: int) -> None:
         key, value, t = rec["key"], rec["value"], rec["ts"]
@@ -114,10 +119,11 @@ class TableJoin:
             self._join(rec, seq, 0)
             return
         self.arrivals += 1
-        heapq.heappush(self.buffer, (t, self.arrivals, rec))
+        # the buffer's store is keyed (timestamp, serialized key, sequence number): ties go by key, then arrival
+        heapq.heappush(self.buffer, (t, key_bytes(key), self.arrivals, rec))
         n = 0
         while self.buffer and self.buffer[0][0] <= self.stream_time - grace:
-            self._join(heapq.heappop(self.buffer)[2], seq, n)
+            self._join(heapq.heappop(self.buffer)[3], seq, n)
             n += 1
 
     def _join(self, rec: dict[str, Any], seq: int, pos: int) -> None:
@@ -151,5 +157,5 @@ class TableJoin:
 
     def finish(self) -> None:
         """Stream records still in the grace buffer at the end of the data: not joined yet."""
-        for t, _, rec in sorted(self.buffer):
+        for t, _, _, rec in sorted(self.buffer, key=lambda e: e[:3]):
             self.result.incomplete[self.op.name].append({"key": rec["key"], "ts": t, "task": self.task})

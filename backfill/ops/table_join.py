@@ -193,12 +193,6 @@ class TableJoin(Operator):
             ledger_rows(expired, reason=EXPIRED, operator=self.name, stream_time=st, range_time=F.col("ts"),
                         detail=F.lit("a versioned table's put older than its history retention: refused")))
 
-    def ledger_candidates(self) -> Column | None:
-        """Null values of the stream, and a versioned table's records (its refused puts are among them)."""
-        j = self.join_spec
-        cand = (F.col("source") == j.left) & F.col("value").isNull()
-        return cand | (F.col("source") == j.table) if j.versioned is not None else cand
-
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null drops must be in the ledger; the join's own counts: rows, unmatched stream records, waiting."""
         check_null_drops(self.name, counts, ledger, ("null_key", "null_value"))

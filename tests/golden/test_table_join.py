@@ -163,3 +163,12 @@ def test_records_released_together_go_by_timestamp_then_key_then_arrival(tmp_pat
     got = run_job(tmp_path, _job("left", "{history_retention: 20ms, grace: 5ms}"), _inputs(timeline), engine=engine)
     assert got.code == 0, got.stderr
     assert [r[1] for r in _rows(got)] == ["s6|-", "s2|-", "s4|-", "s3|-", "s5|-", "s1|-"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_null_key_in_a_left_join_with_a_grace_stops_the_run_as_kafka_streams_fails(tmp_path, spark, engine):
+    """Kafka Streams 3.7+ throws a NullPointerException in the grace buffer there (TopologyTestDriver)."""
+    timeline = [("R", "a", "v1", 1), ("L", N, "s1", 2), ("L", "a", "s2", 3)]
+    got = run_job(tmp_path, _job("left", "{history_retention: 20ms, grace: 5ms}"), _inputs(timeline), engine=engine)
+    assert got.code == 2 and "null key" in got.stderr and "grace" in got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1

@@ -79,7 +79,8 @@ class TableAggregate(Operator):
         mine = self._mine() & live
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
-                F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)).alias(self.stat("nullvalue")),
+                F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
+                        ).alias(self.stat("nullvalue")),
                 F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNotNull(), 1)).alias(self.stat("ok"))]
 
     def counts(self, rows: list[Any]) -> OperatorCounts:

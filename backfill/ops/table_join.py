@@ -135,7 +135,8 @@ class TableJoin(Operator):
         if forwarded and v is not None and v.grace:
             raise SourceError(f"operators.{self.name}: {forwarded} stream record(s) with a null key reach a left join "
                               "with a grace period, where Kafka Streams 3.7+ fails (a NullPointerException in the "
-                              "join's buffer); filter them (where: {left: \"key is not null\"}) as the application must")
+                              "join's buffer); filter them (where: {left: \"key is not null\"}) as the application "
+                              "must")
         self.found["puts"] = puts
         return counts
 

@@ -56,7 +56,8 @@ class ReferenceResult:
             reasons[row["reason"]] += 1
         return {"engine": "reference", "job": self.job, "start": self.start, "end": self.end,
                 "records_read": self.records_read, "records_in": sum(self.records_read.values()),
-                "ledger": dict(reasons), "filtered": self.filtered, "outputs": self.outputs, "incomplete": self.incomplete,
+                "ledger": dict(reasons), "filtered": self.filtered, "outputs": self.outputs,
+                "incomplete": self.incomplete,
                 "ledger_rows": self.ledger, "duration_s": round(self.duration_s, 3)}
 
 

@@ -34,7 +34,8 @@ RECORDS = timeline([("a", "keep", 1), ("b", "drop", 30), ("a", "keep", 8)])
 
 
 def _rows(got) -> list[tuple]:
-    return [(r["key"], r["window_start"], r["n"], r["ts"]) for r in sorted(got.outputs["agg"], key=lambda r: r["emit_seq"])]
+    rows = sorted(got.outputs["agg"], key=lambda r: r["emit_seq"])
+    return [(r["key"], r["window_start"], r["n"], r["ts"]) for r in rows]
 
 
 def _filtered(got, engine: str, op: str = "agg") -> int:

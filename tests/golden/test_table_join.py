@@ -110,7 +110,8 @@ def test_versioned_table_keeps_the_latest_version_whatever_its_age(tmp_path, spa
 
 
 GRACE = [("R", "a", "v1", 10), ("L", "a", "s12", 12), ("R", "a", "v11", 11), ("L", "a", "s30", 30),
-         ("L", "a", "s14", 14), ("L", "a", "s28", 28), ("R", "a", "v29", 29), ("L", "a", "s40", 40), ("L", "a", "s1", 1)]
+         ("L", "a", "s14", 14), ("L", "a", "s28", 28), ("R", "a", "v29", 29), ("L", "a", "s40", 40),
+         ("L", "a", "s1", 1)]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -194,7 +194,7 @@ class AggregateSpec(Strict):
     input: str
     where: Where | None = None  # KStream#filter before the operator (and before group_by's re-key)
     group_by: Annotated[GroupBySpec | None, BeforeValidator(_group_by)] = None
-    window: WindowSpec | None = None  # none: KGroupedStream#aggregate, a table (docs/semantics.md §15)
+    window: WindowSpec | None = None  # none: KGroupedStream#aggregate, a table (docs/semantics.md §16)
     aggregations: dict[str, Aggregation] = Field(min_length=1)
     emit: Literal["updates", "final"] = "updates"
 

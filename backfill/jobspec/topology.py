@@ -1,5 +1,5 @@
 """Part: foundation. Topologies as the job declares them: the filters (`where`) before each operator, which
-operators are table aggregations and stream-table joins (docs/semantics.md §14-§16). Pure: the Spark engine and
+operators are table aggregations and stream-table joins (docs/semantics.md §15-§17). Pure: the Spark engine and
 the reference engine share it, as they share rekeys.py.
 """
 from __future__ import annotations
@@ -33,12 +33,12 @@ def where_field(op: OperatorSpec, source: str) -> str:
 
 
 def is_table_aggregate(op: OperatorSpec) -> bool:
-    """An aggregate without a window: KGroupedStream#aggregate, a table (docs/semantics.md §15)."""
+    """An aggregate without a window: KGroupedStream#aggregate, a table (docs/semantics.md §16)."""
     return op.aggregate is not None and op.aggregate.window is None
 
 
 def is_table_join(op: OperatorSpec) -> bool:
-    """A KStream-KTable join (docs/semantics.md §16)."""
+    """A KStream-KTable join (docs/semantics.md §17)."""
     return op.join is not None and op.join.table is not None
 
 

@@ -46,7 +46,7 @@ class OperatorCounts:
     incomplete_windows: int = 0
     final_stream_time: dict[int, int] = field(default_factory=dict)
     kind: str = "aggregate"
-    filtered: int = 0  # dropped by its `where` before it (no ledger row: docs/semantics.md §14)
+    filtered: int = 0  # dropped by its `where` before it (no ledger row: docs/semantics.md §15)
 
     @property
     def balanced(self) -> bool:

@@ -1,4 +1,4 @@
-"""Part: operators. `where`: KStream#filter before an operator (docs/semantics.md §14), as Spark columns.
+"""Part: operators. `where`: KStream#filter before an operator (docs/semantics.md §15), as Spark columns.
 
 A record its filter drops never reaches the operator: it moves none of the operator's stream times, is not
 late, gives no ledger row and no output. It is still polled by the task (it keeps its place in the task's

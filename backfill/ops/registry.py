@@ -15,13 +15,13 @@ from backfill.ops.table_join import TableJoin
 # by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
-    "table_join": TableJoin,  # a join with `table:` (docs/semantics.md §16)
+    "table_join": TableJoin,  # a join with `table:` (docs/semantics.md §17)
     "rules": RulesOperator,
     "tumbling": WindowAggregate,
     "hopping": WindowAggregate,
     "sliding": SlidingAggregate,
     "session": SessionAggregate,
-    "table": TableAggregate,  # an aggregate without a window (docs/semantics.md §15)
+    "table": TableAggregate,  # an aggregate without a window (docs/semantics.md §16)
 }
 
 

@@ -1,4 +1,4 @@
-"""Part: operators. Table aggregations (docs/semantics.md §15): an aggregate without a window is Kafka Streams'
+"""Part: operators. Table aggregations (docs/semantics.md §16): an aggregate without a window is Kafka Streams'
 `KGroupedStream#aggregate/count/reduce` (`KStreamAggregate`), a table per task keyed by the record key.
 
 Per record reaching it: a null key or a null value is skipped (ledger `null_key`, `null_value`); otherwise the

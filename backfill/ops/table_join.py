@@ -1,4 +1,4 @@
-"""Part: operators. Stream-table joins (docs/semantics.md §16): KStream#join / leftJoin(KTable), on records already
+"""Part: operators. Stream-table joins (docs/semantics.md §17): KStream#join / leftJoin(KTable), on records already
 in task order.
 
 The table's topic is a queue of the stream's task (same sub-topology): its records are put into the table's

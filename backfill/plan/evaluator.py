@@ -130,7 +130,7 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     headers = any(r is None or "headers" in r for r in reads)
     fields = value_fields(plan)
     records = _narrowed(_read_all(plan, spark, summary, fields, headers), fields)
-    for op in plan.operators:  # every `where` is a boolean over these records (docs/semantics.md §14)
+    for op in plan.operators:  # every `where` is a boolean over these records (docs/semantics.md §15)
         if op.spec is not None:
             filters.check_types(op.spec, records, str(plan.job.path))
     progress("ordering records per task")
@@ -506,7 +506,7 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
             sum(summary.source_drops.get(src, {}).values())
     for op in plan.operators:
         summary.operators[op.name] = counts = op.counts(rows)
-        if _passes(op) is not None:  # docs/semantics.md §14: in = contributing + dropped + filtered
+        if _passes(op) is not None:  # docs/semantics.md §15: in = contributing + dropped + filtered
             counts.filtered = sum(r[op.stat("filtered")] for r in rows)
             counts.records_in = sum(r[op.stat("all")] for r in rows)
 

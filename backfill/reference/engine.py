@@ -308,7 +308,7 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
             if queue.source not in op.inputs:
                 continue
             if result.filters is not None and not result.filters.passes(op.name, queue.source, rec):
-                continue  # KStream#filter: it never reaches the operator (docs/semantics.md §14)
+                continue  # KStream#filter: it never reaches the operator (docs/semantics.md §15)
             if op.name in repartitions:
                 _rekey(op, repartitions[op.name][queue.source], rec, queue.processed_time, result)
             else:

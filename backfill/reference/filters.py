@@ -1,5 +1,5 @@
 """Part: reference engine. `where`, one record at a time: KStream#filter before an operator (docs/semantics.md
-§14). A record whose condition is not true never reaches the operator; it is counted as filtered."""
+§15). A record whose condition is not true never reaches the operator; it is counted as filtered."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping

@@ -1,5 +1,5 @@
 """Part: reference engine. Tables, one record at a time: KGroupedStream#aggregate (`KStreamAggregate`, docs/semantics.md
-§15) and the KStream-KTable join (`KStreamKTableJoin`, §16), as literally as the rules read."""
+§16) and the KStream-KTable join (`KStreamKTableJoin`, §17), as literally as the rules read."""
 from __future__ import annotations
 
 import heapq
@@ -96,7 +96,7 @@ class TableJoin:
         self.store_time = max(self.store_time, t)
         versions = self.history.setdefault(key, {})
         if rec["value"] is None and len(versions) == 1 and t in versions and versions[t]["value"] is not None:
-            del self.history[key]  # a delete of the key's only version, at its timestamp, leaves no trace (§16.4)
+            del self.history[key]  # a delete of the key's only version, at its timestamp, leaves no trace (§17.4)
             return
         versions[t] = rec  # a version of the same timestamp is replaced
 

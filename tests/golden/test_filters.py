@@ -1,4 +1,4 @@
-"""Golden timelines for `where` (KStream#filter before an operator, docs/semantics.md §14) via `backfill run`."""
+"""Golden timelines for `where` (KStream#filter before an operator, docs/semantics.md §15) via `backfill run`."""
 from __future__ import annotations
 
 import pytest

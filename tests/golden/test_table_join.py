@@ -1,4 +1,4 @@
-"""Golden timelines for stream-table joins (docs/semantics.md §16) via `backfill run`, both engines.
+"""Golden timelines for stream-table joins (docs/semantics.md §17) via `backfill run`, both engines.
 
 Each timeline was replayed through Kafka Streams' own KStream#join/leftJoin(KTable) (the harness's `tjoin`
 scenarios, TopologyTestDriver): the expected rows and dropped counts are what it forwarded, per release."""

@@ -1,4 +1,4 @@
-"""Golden timelines for table aggregations (an aggregate without a window, docs/semantics.md §15) via `backfill
+"""Golden timelines for table aggregations (an aggregate without a window, docs/semantics.md §16) via `backfill
 run`. The expected rows are what Kafka Streams' KGroupedStream#aggregate forwarded for the same records
 (TopologyTestDriver, caching off: the harness's `tagg` scenarios, 3.4.1 to 4.4.0 alike)."""
 from __future__ import annotations

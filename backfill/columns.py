@@ -71,8 +71,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
 )
 
 # one per operator: `_stream_time_<index>`, the running max of ts over the records that advance it;
-# a join adds `_l` and `_r`, its two window stores' times
-STREAM_TIME = re.compile(r"_stream_time_\d+(_[lr])?")
+# a join adds `_l` and `_r`, its two window stores' times; a versioned table's store time is `_t`
+STREAM_TIME = re.compile(r"_stream_time_\d+(_[lrt])?")
 
 _TYPES = {c.name: c.type for c in RECORD_COLUMNS}
 

@@ -22,13 +22,15 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     console.print(inputs)
     for line in offset_lines(summary):
         console.print(line, highlight=False)
-    ops = Table("operator", "in", "contributing", "dropped", "late pairs", "outputs", "open windows", box=None)
+    ops = Table("operator", "in", "contributing", "dropped", "filtered", "late pairs", "outputs", "open windows",
+                box=None)
     for name, c in summary["operators"].items():
         dropped = ", ".join(f"{k} {v:,}" for k, v in c["dropped"].items() if v) or "0"
-        ops.add_row(name, f"{c['records_in']:,}", f"{c['contributing']:,}", dropped, f"{c['late_pairs']:,}",
-                    f"{c['outputs']:,}", f"{c['incomplete_windows']:,}")
+        ops.add_row(name, f"{c['records_in']:,}", f"{c['contributing']:,}", dropped, f"{c.get('filtered', 0):,}",
+                    f"{c['late_pairs']:,}", f"{c['outputs']:,}", f"{c['incomplete_windows']:,}")
     console.print(ops)
-    console.print("[dim]late pairs: (record, window) refused by grace; open windows: not final by the end "
+    console.print("[dim]filtered: dropped by the operator's where (no ledger row); late pairs: (record, window) "
+                  "refused by grace; open windows: not final by the end "
                   "of the data, not emitted[/]", highlight=False)
     ledger = ", ".join(f"{k} {v:,}" for k, v in sorted(summary["ledger"].items())) or "empty"
     console.print(f"ledger rows: {summary['ledger_rows']:,} in range ({ledger} in all)", highlight=False)

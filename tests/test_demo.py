@@ -116,7 +116,7 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
     grace = {"clicks_per_user_1m": 10_000, "clicks_per_user_5m_hop": 30_000}
     late = [r for r in ledger if r["reason"] == "late"]
     assert {r["operator"] for r in late} == {*grace, "user_sessions"}
-    # every late drop was refused by a closed window (kafka-streams.md 4.1), or a closed session (6: the merged
+    # every late drop was refused by a closed window (docs/semantics.md §4.2), or a closed session (§11.2: the merged
     # session it would have made ends before stream time - gap - grace)
     assert all(r["stream_time"] >= r["window_end"] + grace[r["operator"]] for r in late if r["operator"] in grace)
     assert all(r["window_end"] < r["stream_time"] - 30_000 - 10_000 for r in late if r["operator"] == "user_sessions")

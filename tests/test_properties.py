@@ -1,7 +1,7 @@
 """Property tests: the Spark engine equals the record-at-a-time reference engine on random timelines.
 
 Many scenarios run in one Spark job: each scenario gets its own partition numbers, so its records form
-their own tasks (state and stream time never cross tasks), as DESIGN.md suggests.
+their own tasks (state and stream time never cross tasks), as the design suggests.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Range backfills published to Delta: exact at the range edges, idempotent, crash-safe (DESIGN.md 7)."""
+"""Range backfills published to Delta: exact at the range edges, idempotent, crash-safe (docs/semantics.md §6)."""
 from __future__ import annotations
 
 import os

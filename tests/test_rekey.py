@@ -1,4 +1,4 @@
-"""Re-keying (`group_by`, kafka-streams.md 12): Kafka's partitioner, the repartition topic, and the aggregate
+"""Re-keying (`group_by`, docs/semantics.md §13): Kafka's partitioner, the repartition topic, and the aggregate
 that reads it, on both engines.
 
 Kafka's own `Utils.murmur2` (the client jar Spark loads for its Kafka source) judges both murmur2 ports; the

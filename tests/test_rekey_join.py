@@ -1,4 +1,4 @@
-"""Re-keyed joins (`join.group_by`, kafka-streams.md 12): `selectKey` before a stream-stream join.
+"""Re-keyed joins (`join.group_by`, docs/semantics.md §13): `selectKey` before a stream-stream join.
 
 A re-keyed input goes through its repartition topic (murmur2 of the new key); an input kept as it is is read
 by the join's own tasks, its partitions merged with the repartition topic's by head timestamp. Golden

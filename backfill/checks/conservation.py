@@ -1,6 +1,7 @@
 """Part: checks. Conservation before publish: every record an operator received is accounted for.
 
-records in == contributing + dropped (by reason), and the late ledger rows equal the late (record, window)
+records in == contributing + dropped (by reason) + filtered (by its `where`, each count found on its own), and
+the late ledger rows equal the late (record, window)
 pairs counted record by record in the counting pass: two independent derivations that must agree, or
 nothing is published.
 
@@ -30,11 +31,12 @@ def check_conservation(operators: Iterable[Operator], counts: Mapping[str, Opera
         if late[op.name] != c.late_pairs or not c.balanced:
             raise PublishError(f"operators.{op.name}: conservation check failed (late ledger rows {late[op.name]}, "
                                f"late pairs {c.late_pairs}, in {c.records_in}, contributing {c.contributing}, "
-                               f"dropped {c.dropped}); nothing was published")
+                               f"dropped {c.dropped}, filtered {c.filtered}); nothing was published")
     return late
 
 
 def conservation_rows(late: Mapping[str, int], counts: Mapping[str, OperatorCounts]) -> list[dict[str, Any]]:
     """Per operator: records in, contributing + dropped, late ledger rows, late pairs (the ledger suite's table)."""
-    return [{"operator": name, "records_in": c.records_in, "accounted": c.contributing + sum(c.dropped.values()),
+    return [{"operator": name, "records_in": c.records_in,
+             "accounted": c.contributing + sum(c.dropped.values()) + c.filtered,
              "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs} for name, c in counts.items()]

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from backfill.conformance import topologies
 from backfill.conformance.scenarios import Scenario
 from backfill.jobspec.models import DAY_MS
 from backfill.errors import SpecError
@@ -70,7 +71,9 @@ def encode(scenarios: list[Scenario]) -> str:
         # (§10.5), judged with the default retention
         emit = {"suppress": "final", "on_window_close": "close"}.get(c.get("close", ""), c.get("emit"))
         keep = f"\t{DAY_MS}" if emit == "close" and sc.kind == "aggregate" else ""
-        if sc.kind == "aggregate":
+        if sc.kind in topologies.KINDS:
+            lines.append(topologies.harness_line(sc.kind, sc.id, c))
+        elif sc.kind == "aggregate":
             lines.append(f"S\t{sc.id}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\t{emit}"
                          + (f"\tours{keep}" if keep else ""))
         elif sc.kind in ("session", "sliding"):

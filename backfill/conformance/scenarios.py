@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("aggregate", "session", "sliding", "join")
+from backfill.conformance import topologies
+
+KINDS = ("aggregate", "session", "sliding", "join", *topologies.KINDS)
 WINDOWED = ("aggregate", "session", "sliding")
+ONE_INPUT = (*WINDOWED, "table", "filter")  # one source: `scenarios_in`
 # (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
 AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1)]
 # (gap, grace) and (time difference, grace) in ms
@@ -43,7 +46,7 @@ class Scenario:
     @property
     def operator(self) -> str:
         """The operator of the batch job that runs this scenario's configuration."""
-        return "op_" + "_".join(str(v).lower() for v in self.config.values())
+        return "op_" + "_".join(str(v).lower().replace("-", "none") for v in self.config.values())
 
     @staticmethod
     def harness_value(rec: dict[str, Any]) -> Any:
@@ -90,11 +93,16 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
     """`count` scenarios of one operator kind, drawn from the seed alone."""
     rng = random.Random(seed)
     configs = {"aggregate": aggregate_configs, "session": session_configs, "sliding": sliding_configs,
-               "join": join_configs}[kind]()
+               "join": join_configs}.get(kind, lambda: topologies.configs(kind))()
     out = []
     for i in range(count):
         config = configs[i % len(configs)] if i < len(configs) else rng.choice(configs)  # every config at least once
-        records = _aggregate_records(rng, config) if kind in WINDOWED else _join_records(rng)
+        if kind == "table_join":
+            records = topologies.records(rng, kind, config)
+        elif kind == "table":  # no window: timestamps drawn as for a tumbling 5 ms window
+            records = _aggregate_records(rng, {"advance": 5, "grace": 0})
+        else:
+            records = _aggregate_records(rng, config) if kind in ONE_INPUT else _join_records(rng)
         for r in records:  # a key belongs to one scenario (final results carry no task)
             r["key"] = None if r["key"] is None else f"{r['key']}{i}"
         out.append(Scenario(i, kind, dict(config), records))
@@ -149,7 +157,7 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
     if len(kinds) > 1:
         raise ValueError(f"one operator kind per job, not {sorted(kinds)}")
     kind = kinds.pop() if kinds else "aggregate"
-    windowed = kind in WINDOWED
+    windowed = kind in ONE_INPUT
     sides = {"input": "scenarios_in"} if windowed else {"left": "scenarios_l", "right": "scenarios_r"}
     value = "{format: json, schema: value.json}" if windowed else "{format: string}"
     sources = []
@@ -161,7 +169,9 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
                        f"timestamp: {{extractor: record, on_invalid: fail}}, partitions: {partitions}}}")
     operators, sinks = [], []
     for op, c in sorted({sc.operator: sc.config for sc in scenarios}.items()):
-        if windowed:
+        if kind in topologies.KINDS:
+            operators.append(topologies.operator_yaml(kind, op, c, sides))
+        elif windowed:
             merge = f", merge: \"{MERGE}\"" if kind == "session" else ""
             operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n"
                              f"      window: {_window(kind, c)}\n"

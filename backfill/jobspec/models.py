@@ -306,10 +306,14 @@ def _group_by(value: Any) -> Any:
     return {"key": value} if isinstance(value, str) else value
 
 
+Where = Annotated[str, Field(min_length=1)]  # a Spark SQL boolean over the record (KStream#filter)
+
+
 class AggregateSpec(Strict):
     input: str
+    where: Where | None = None  # KStream#filter before the operator (and before group_by's re-key)
     group_by: Annotated[GroupBySpec | None, BeforeValidator(_group_by)] = None
-    window: WindowSpec
+    window: WindowSpec | None = None  # none: KGroupedStream#aggregate, a table (docs/semantics.md §16)
     aggregations: dict[str, Aggregation] = Field(min_length=1)
     emit: Literal["updates", "final"] = "updates"
     # emit: final: which of Kafka Streams' two mechanisms the application uses (docs/semantics.md §4.5)
@@ -327,6 +331,13 @@ class AggregateSpec(Strict):
         if self.close is not None and self.emit != "final":
             raise ValueError("@close: only with emit: final (an update stream forwards every update; close names "
                              "how final windows are emitted: suppress or on_window_close)")
+        return self
+
+    @model_validator(mode="after")
+    def _table_never_closes(self) -> AggregateSpec:
+        if self.window is None and self.emit == "final":
+            raise ValueError("@emit: an aggregate without a window is a table, which never closes, so it has no "
+                             "final rows; use emit: updates (every update), or give a window")
         return self
 
     @field_validator("aggregations")
@@ -374,20 +385,68 @@ def _join_group_by(value: Any) -> Any:
     return value
 
 
+class JoinWhere(Strict):
+    """KStream#filter on each side before the join (either optional)."""
+
+    left: Where | None = None
+    right: Where | None = None
+
+
+class VersionedSpec(Strict):
+    """A versioned table (KIP-914, Kafka Streams 3.5+): the value as of the stream record's timestamp."""
+
+    history_retention: Duration
+    grace: Duration = 0
+
+    @model_validator(mode="after")
+    def _bounds(self) -> VersionedSpec:
+        if self.history_retention < 0 or self.grace < 0:
+            raise ValueError("@history_retention: history_retention and grace must be >= 0")
+        if self.grace > self.history_retention:
+            raise ValueError("@grace: must not exceed history_retention (Kafka Streams refuses a join grace longer "
+                             "than the table's history)")
+        return self
+
+
 class JoinSpec(Strict):
     left: str
-    right: str
+    right: str | None = None  # a stream: KStream-KStream join
+    table: str | None = None  # a table: KStream-KTable join (the latest value per key)
     group_by: Annotated[JoinGroupBy | None, BeforeValidator(_join_group_by)] = None
     how: Literal["inner", "left", "outer"] = "inner"
-    window: JoinWindowSpec
+    window: JoinWindowSpec | None = None
     eager: bool = False
     value: str
+    where: JoinWhere | None = None
+    versioned: VersionedSpec | None = None
 
     @model_validator(mode="after")
     def _grace(self) -> JoinSpec:
+        if (self.right is None) == (self.table is None):
+            raise ValueError("@right: a join reads right (a stream, with a window) or table (a table), not both "
+                             "and not neither")
+        if self.table is not None:
+            for name, given in (("window", self.window is not None), ("eager", self.eager),
+                                ("group_by", self.group_by is not None)):
+                if given:
+                    raise ValueError(f"@{name}: a stream-table join takes no {name} (the table holds the latest "
+                                     "value per key); remove it")
+            if self.how == "outer":
+                raise ValueError("@how: a stream-table join is inner or left (KStream#join / leftJoin(KTable))")
+            return self
+        if self.versioned is not None:
+            raise ValueError("@versioned: only a table is versioned; use table: instead of right:")
+        if self.window is None:
+            raise ValueError("@window: is required for a stream-stream join, e.g. {before: 10m, after: 1m, "
+                             "grace: 5m}")
         if self.window.grace is None and not self.eager:
             raise ValueError("@window.grace: is required unless eager: true (then it defaults as JoinWindows.of did)")
         return self
+
+    @property
+    def other(self) -> str:
+        """The second input: the right stream or the table."""
+        return self.right if self.right is not None else str(self.table)
 
 
 class RulesSpec(Strict):
@@ -395,6 +454,7 @@ class RulesSpec(Strict):
 
     input: str
     rules: str
+    where: Where | None = None  # a filter on the transactions before the rules see them
     # t of the window: `value.<field>` (a JSON integer of epoch ms) or `timestamp` (the record's own)
     event_time: str = "timestamp"
     order: Literal["arrival", "event_time"] = "arrival"
@@ -452,7 +512,7 @@ class OperatorSpec(Strict):
         if self.rules is not None:
             return [self.rules.input, self.rules.rules]
         assert self.join is not None
-        return [self.join.left, self.join.right]
+        return [self.join.left, self.join.other]
 
 
 class SinkSpec(Strict):

@@ -14,7 +14,10 @@ Each difference was found by running the same random scenarios through the real 
   scan stops at the first entry still open. From 3.8 each entry uses its own side's look-ahead, and the
   scan goes on past open entries of one side until it has met an open entry of each side.
 
-Window aggregations (tumbling, hopping) agree across all measured releases.
+- 3.5 (KIP-914): versioned tables; 3.6 (KIP-923): a grace period on stream-table joins. A left stream-table join
+  forwards a null-key stream record (with a null table side) from 3.7 (KIP-962), as stream-stream joins do.
+
+Window aggregations (tumbling, hopping) and table aggregations agree across all measured releases.
 """
 from __future__ import annotations
 
@@ -38,6 +41,10 @@ class Profile:
     join_time_before_null_check: bool
     # 3.8+: per-side look-ahead in the outer-store scan; before: the processing side's, first open entry stops it
     outer_scan_per_side: bool
+    # 3.5+ (KIP-914): versioned tables (a stream-table join reads the value as of the stream record's timestamp)
+    versioned_tables: bool = True
+    # 3.6+ (KIP-923): a grace period on a stream-table join (stream records wait in a buffer)
+    table_join_grace: bool = True
 
     @property
     def label(self) -> str:
@@ -62,4 +69,5 @@ def profile(version: str | None) -> Profile:
     """The profile of a job's `kafka_streams:` value (None: the current line)."""
     line = parse(version or CURRENT)
     return Profile(version=f"{line[0]}.{line[1]}", join_null_keys_reach_join=line >= (3, 7),
-                   join_time_before_null_check=line >= (3, 7), outer_scan_per_side=line >= (3, 8))
+                   join_time_before_null_check=line >= (3, 7), outer_scan_per_side=line >= (3, 8),
+                   versioned_tables=line >= (3, 5), table_join_grace=line >= (3, 6))

@@ -36,7 +36,7 @@ InRange = Callable[[str], Column]  # column name -> "its value is inside the run
 
 @dataclass
 class OperatorCounts:
-    """Conservation of one operator: in = contributing + dropped (by reason)."""
+    """Conservation of one operator: in = contributing + dropped (by reason) + filtered (its `where`)."""
 
     records_in: int = 0
     contributing: int = 0
@@ -46,11 +46,12 @@ class OperatorCounts:
     incomplete_windows: int = 0
     final_stream_time: dict[int, int] = field(default_factory=dict)
     kind: str = "aggregate"
+    filtered: int = 0  # dropped by its `where` before it (no ledger row: docs/semantics.md §15)
 
     @property
     def balanced(self) -> bool:
-        """records_in == contributing + every dropped record."""
-        return self.records_in == self.contributing + sum(self.dropped.values())
+        """records_in == contributing + every dropped record + every filtered one."""
+        return self.records_in == self.contributing + sum(self.dropped.values()) + self.filtered
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class Operator(ABC):
     def grace_ms(self) -> int:
         """Its grace: how long after a window's end (a join's bound) a late record still counts."""
         spec = self.spec
-        if spec is not None and spec.aggregate is not None:
+        if spec is not None and spec.aggregate is not None and spec.aggregate.window is not None:
             return spec.aggregate.window.grace_ms
         return 0
 

@@ -160,7 +160,7 @@ class StreamJoin(Operator):
         """Null drops counted per record must all be in the ledger; the rest of the input contributed."""
         check_null_drops(self.name, counts, ledger, ("null_key", "null_value"))
         counts.dropped["expired"] = ledger.get("expired", 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values())
+        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
 
 
 def outer_sides(spec: JoinSpec) -> tuple[int, ...]:

@@ -9,26 +9,30 @@ from backfill.ops.join import StreamJoin
 from backfill.ops.rules import RulesOperator
 from backfill.ops.session import SessionAggregate
 from backfill.ops.sliding import SlidingAggregate
+from backfill.ops.table_aggregate import TableAggregate
+from backfill.ops.table_join import TableJoin
 
 # by join, or by the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
+    "table_join": TableJoin,  # a join with `table:` (docs/semantics.md §17)
     "rules": RulesOperator,
     "tumbling": WindowAggregate,
     "hopping": WindowAggregate,
     "sliding": SlidingAggregate,
     "session": SessionAggregate,
+    "table": TableAggregate,  # an aggregate without a window (docs/semantics.md §16)
 }
 
 
 def kind_of(spec: OperatorSpec) -> str:
     """The registry key of a job operator."""
     if spec.join is not None:
-        return "join"
+        return "join" if spec.join.table is None else "table_join"
     if spec.rules is not None:
         return "rules"
     assert spec.aggregate is not None
-    return spec.aggregate.window.type
+    return spec.aggregate.window.type if spec.aggregate.window is not None else "table"
 
 
 def operator_for(job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,

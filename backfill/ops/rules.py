@@ -178,7 +178,7 @@ class RulesOperator(Operator):
         """Every record in is a rule message applied, a transaction some rule saw, or a ledger row."""
         for reason in REASONS:
             counts.dropped[reason] = ledger.get(reason, 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values())
+        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
 
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Alerts and ledger rows."""

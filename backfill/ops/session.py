@@ -103,7 +103,7 @@ class SessionAggregate(KernelAggregate):
         """Null keys counted per record must all be in the ledger; a late record is one ledger row."""
         check_null_drops(self.name, counts, ledger, self.null_reasons)
         counts.dropped["late"] = counts.late_pairs = ledger.get("late", 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values())
+        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """Sessions: start <= ts == end (tombstones too), keys not null; unique per (key, start, end) or emit_seq."""

@@ -6,6 +6,7 @@ from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.rekeys import subtopologies
 from backfill.ops.base import Operator
+from backfill.ops.filters import check_static
 from backfill.ops.registry import operator_for
 from backfill.plan.definition import Plan, SourcePlan
 from backfill.plan.validate import (check_inputs_exist, check_paths, check_schedule, check_semantics,
@@ -21,6 +22,8 @@ def build_plan(job: Job, start: int | None = None, end: int | None = None) -> Pl
     check_sinks_declared(job)
     check_paths(job, runs)
     check_inputs_exist(job)
+    for op in job.spec.operators:
+        check_static(op, str(job.path))
     operators = tuple(operator_for(job, op, i, _sink_path(job, op.name), start, end)
                       for i, op in enumerate(job.spec.operators))
     check_schedule(job, operators)

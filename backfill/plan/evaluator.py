@@ -39,6 +39,8 @@ from backfill.plan import fused, offsets
 from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
 from backfill.ops.aggregate import WindowAggregate
+from backfill.ops import filters
+from backfill.jobspec.topology import wheres
 from backfill.session import release, together
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -129,16 +131,19 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     # what a killed run of this job left: its publish is completed, its staged files removed
     summary.warnings += complete_pending(spark, plan.runs_sink, plan.written_paths)
     progress("reading sources")
-    reads = [op.reads() for op in plan.operators]
+    reads = [_reads(op) for op in plan.operators]
     headers = any(r is None or "headers" in r for r in reads)
     fields = value_fields(plan)
     records = _narrowed(_read_all(plan, spark, summary, fields, headers), fields)
+    for op in plan.operators:  # every `where` is a boolean over these records (docs/semantics.md §15)
+        if op.spec is not None:
+            filters.check_types(op.spec, records, str(plan.job.path))
     progress("ordering records per task")
     rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
     if not rekeyed:  # what no step reads is not shuffled nor sorted (a re-key's key may read any column)
         records = records.select(*_kept_columns(plan, records.columns))
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
-    one = fusable(plan)
+    one = fusable(plan) if not any(_passes(op) is not None for op in plan.operators) else None
     spread = spread_partitions(records) if one is not None else None  # Spark's estimate of the input
     ordered = _ordered(plan, records, summary, stored)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
@@ -165,7 +170,7 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     upstream tasks' order (ops/repartition.py), then ordered per downstream task; both are one frame.
     """
     rekeyed = [op for op in plan.operators if op.spec is not None and rekeys(op.spec)]
-    stream_times = {name: col for op in plan.operators if op not in rekeyed
+    stream_times = {name: _filtered_view(op, col) for op in plan.operators if op not in rekeyed
                     for name, col in op.stream_time_columns().items()}
     one = plan.sources[0] if len(plan.sources) == 1 else None
     constants = {"source": one.name, "source_rank": one.rank} if one is not None else None  # io/sources.py
@@ -202,8 +207,9 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
         n = partitions_of(op.spec, declared, observed)
         rules = getattr(op, "rules", None)
         topics = rekeys(op.spec, rules.join_null_keys_reach_join if rules is not None else True)
-        parts = [repartition(r, ordered, n, beyond) for r in topics]
-        parts += [as_is(ordered, src, name, beyond) for src, name in copied(op.spec)]
+        upstream = ordered.where(_passes(op)) if _passes(op) is not None else ordered  # filtered before the topic
+        parts = [repartition(r, upstream, n, beyond) for r in topics]
+        parts += [as_is(upstream, src, name, beyond) for src, name in copied(op.spec)]
         derived = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
         streams = Queues((*[r.topic for r in topics], *[name for _, name in copied(op.spec)]))
         frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1, queues=streams))
@@ -244,7 +250,8 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
         progress("aggregating")
         # every record that can give a ledger row, found in one scan (a few percent of the records)
         dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
-        results = {op.name: op.run(processed, dropped, summary.operators[op.name]) for op in plan.operators}
+        results = {op.name: op.run(_filtered_view(op, processed), _filtered_view(op, dropped),
+                                   summary.operators[op.name]) for op in plan.operators}
     # the ledger is small (late records only) and read three times: count, check, write
     ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -366,7 +373,7 @@ def value_fields(plan: Plan) -> set[str] | None:
                 texts += [agg] if isinstance(agg, str) else [agg.fold.init, agg.fold.step, agg.fold.merge or ""]
         if spec.join is not None:
             texts.append(spec.join.value)
-        texts += [r.spec.key for r in rekeys(spec)]
+        texts += [r.spec.key for r in rekeys(spec)] + list(wheres(spec).values())
     fields: set[str] = set()
     for text in texts:
         for m in VALUE_REF.finditer(text):
@@ -389,13 +396,35 @@ def _narrowed(records: DataFrame, fields: set[str] | None) -> DataFrame:
     return records.withColumn("value", F.when(value.isNotNull(), F.struct(*[value[f].alias(f) for f in kept])))
 
 
+def _passes(op: Operator) -> Column | None:
+    """The operator's filters as one column (ops/filters.py), or None without any."""
+    return filters.passes(op.spec) if op.spec is not None else None
+
+
+def _filtered_view(op: Operator, what: Any) -> Any:
+    """A frame or a predicate as the operator sees it: without the records its filters drop."""
+    cond = _passes(op)
+    if cond is None:
+        return what
+    return what.where(cond) if isinstance(what, DataFrame) else what & cond
+
+
+def _reads(op: Operator) -> frozenset[str] | None:
+    """`Operator.reads`, plus the record columns its filters name."""
+    reads = op.reads()
+    texts = list(wheres(op.spec).values()) if op.spec is not None else []
+    if reads is None or not texts:
+        return reads
+    return reads | {c for c in ("timestamp", "headers") if any(c in t for t in texts)}
+
+
 def _kept_columns(plan: Plan, columns: list[str]) -> list[str]:
     """The ordered records' columns that the operators, counts, ledger and checks of this plan read.
 
     `seq`, `timestamp` and `headers` stay when some operator reads them (`Operator.reads`; None: all);
     the partition time before a record only for a cool-down cut (`read_until`).
     """
-    reads = [op.reads() for op in plan.operators]
+    reads = [_reads(op) for op in plan.operators]
     if any(r is None for r in reads) or plan.given_order:
         return columns
     drop = {"seq", "timestamp", "headers"} - set().union(*[r for r in reads if r is not None])
@@ -452,7 +481,15 @@ def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Colu
     live = ~_beyond(plan)
     cols: list[Column] = [F.count(F.lit(1)).alias("n"), F.count(F.when(~live, 1)).alias("beyond")]
     for op in plan.operators:
-        cols += op.count_columns(live) if late is None else op.count_columns(live, late)
+        if late is not None:
+            cols += op.count_columns(live, late)
+            continue
+        cols += op.count_columns(_filtered_view(op, live))
+        if _passes(op) is not None:  # its filtered records, and every record of its inputs: counted apart
+            assert op.spec is not None
+            cols += [F.count(F.when(live & filters.filtered(op.spec), 1)).alias(op.stat("filtered")),
+                     F.count(F.when(live & F.col("source").isin(*op.spec.inputs) & F.col("_drop").isNull(), 1))
+                     .alias(op.stat("all"))]
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
@@ -497,7 +534,10 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
         summary.records_processed[src] = summary.records_read[src] - summary.beyond_range.get(src, 0) - \
             sum(summary.source_drops.get(src, {}).values())
     for op in plan.operators:
-        summary.operators[op.name] = op.counts(rows)
+        summary.operators[op.name] = counts = op.counts(rows)
+        if _passes(op) is not None:  # docs/semantics.md §15: in = contributing + dropped + filtered
+            counts.filtered = sum(r[op.stat("filtered")] for r in rows)
+            counts.records_in = sum(r[op.stat("all")] for r in rows)
 
 
 def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[str, int]) -> None:

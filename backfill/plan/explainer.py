@@ -25,7 +25,9 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 def _range_column(plan: Plan) -> str:
     """What --start/--end select: window starts of aggregates, timestamps of join rows."""
-    kinds = {"aggregate" if o.range_column == "window_start" else o.kind for o in plan.operators}
+    # a table aggregate's and a stream-table join's rows are selected by timestamp, as a join's
+    kinds = {"aggregate" if o.range_column == "window_start" else "rules" if o.kind == "rules" else "join"
+             for o in plan.operators}
     return {frozenset({"join"}): "timestamp", frozenset({"aggregate"}): "window start",
             frozenset({"rules"}): "timestamp of the alert's transaction"}.get(
         frozenset(kinds), "window start (aggregates) or timestamp (joins, alerts)")

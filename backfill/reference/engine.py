@@ -21,16 +21,18 @@ from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopologies
 from backfill.reference.expr import compile_aggregate, compile_fold
+from backfill.reference.filters import Filters
 from backfill.reference.flinkrules import run_rules
 from backfill.reference import offsets
 from backfill.reference.join import StreamJoin
 from backfill.reference.partition_group import partition_group
-from backfill.reference.records import ledger_row, read_records
+from backfill.reference.records import json_object, ledger_row, read_records
 from backfill.reference.repartition import AsIs, Repartition
 from backfill.reference.rules import Windows, check_copartitioned, check_supported, read_bounds
 from backfill.reference.session import SessionAggregate
 from backfill.reference.sliding import SlidingAggregate
 from backfill.reference.suppress import SuppressBuffer, key_bytes
+from backfill.reference.table import TableAggregate, TableJoin
 
 
 @dataclass
@@ -47,7 +49,9 @@ class ReferenceResult:
     records_read: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)  # docs/semantics.md §7.2
     gaps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    filtered: dict[str, int] = field(default_factory=dict)  # per operator: records its `where` dropped
     duration_s: float = 0.0
+    filters: Filters | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Summary plus every output and ledger row (reference runs are small)."""
@@ -57,7 +61,7 @@ class ReferenceResult:
         return {"engine": "reference", "job": self.job, "start": self.start, "end": self.end,
                 "records_read": self.records_read, "records_in": sum(self.records_read.values()),
                 "ledger": dict(reasons), "duplicates": self.duplicates, "gaps": self.gaps,
-                "outputs": self.outputs, "incomplete": self.incomplete,
+                "filtered": self.filtered, "outputs": self.outputs, "incomplete": self.incomplete,
                 "ledger_rows": self.ledger, "duration_s": round(self.duration_s, 3)}
 
 
@@ -224,6 +228,7 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
     """Replay `job` record by record; keep the outputs and ledger rows of the range [start, end)."""
     started = time.time()
     result = ReferenceResult(job=job.spec.name, start=start, end=end)
+    result.filters = Filters(job.spec.operators, result.filtered)
     for op in job.spec.operators:
         check_supported(op)
         result.outputs[op.name], result.incomplete[op.name] = [], []
@@ -300,7 +305,11 @@ def _run_rules(job: Job, result: ReferenceResult) -> None:
     given = all(spec.order_by for spec in job.spec.sources.values())
     for op in job.spec.operators:
         assert op.rules is not None
-        run_rules(op, records[op.rules.input], records[op.rules.rules], given, result)
+        tx = records[op.rules.input]
+        if result.filters is not None:  # the condition reads the transaction's fields as JSON
+            tx = [r for r in tx if result.filters.passes(op.name, op.rules.input, {**r, "value": json_object(r["value"])
+                                                                                  if r["value"] is not None else None})]
+        run_rules(op, tx, records[op.rules.rules], given, result)
 
 
 def _routes(job: Job, partitions: dict[str, int]) -> dict[str, dict[str, Repartition | AsIs]]:
@@ -334,6 +343,8 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
         for op in job.spec.operators:
             if queue.source not in op.inputs:
                 continue
+            if result.filters is not None and not result.filters.passes(op.name, queue.source, rec):
+                continue  # KStream#filter: it never reaches the operator (docs/semantics.md §15)
             if op.name in repartitions:
                 _rekey(op, repartitions[op.name][queue.source], rec, queue.processed_time, result)
             else:
@@ -390,11 +401,15 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
 
 
 def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
-               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin:
+               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate | TableJoin:
     """One operator instance per task, by kind."""
+    if op.join is not None and op.join.table is not None:
+        return TableJoin(op, task, result, rules)
     if op.join is not None:
         return StreamJoin(op, task, result, rules)
     assert op.aggregate is not None
+    if op.aggregate.window is None:
+        return TableAggregate(op, task, result)
     if op.aggregate.window.type == "session":
         return SessionAggregate(op, task, result)
     if op.aggregate.window.type == "sliding":
@@ -444,7 +459,8 @@ def _apply_range(job: Job, result: ReferenceResult) -> None:
 
     for name in result.outputs:
         op = job.spec.operator(name)
-        column = "ts" if op.join is not None or op.rules is not None else "window_start"  # join/alert rows: ts
+        # join, alert and table rows: ts
+        column = "ts" if op.join is not None or op.rules is not None or op.aggregate.window is None else "window_start"
         result.outputs[name] = [r for r in result.outputs[name] if inside(r[column])]
         result.incomplete[name] = [r for r in result.incomplete[name] if inside(r[column])]
     result.ledger = [r for r in result.ledger if inside(r["range_time"])]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from backfill.errors import NotImplementedYet, OrderingError
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
+from backfill.jobspec.topology import is_table_aggregate, is_table_join
 
 DAY_MS = 24 * 3600 * 1000
 JAVA_MAX = 2**63 - 1
@@ -98,7 +99,7 @@ class JoinWindows:
 def check_supported(op: OperatorSpec) -> None:
     """Operators the reference engine replays: window aggregates by the record key, two-source joins."""
     if op.aggregate is not None:
-        if op.aggregate.window.type not in ("tumbling", "hopping", "session", "sliding"):
+        if op.aggregate.window is not None and op.aggregate.window.type not in ("tumbling", "hopping", "session", "sliding"):
             raise NotImplementedYet(f"operators.{op.name}: {op.aggregate.window.type} windows are not implemented "
                                     "yet")
     elif op.rules is not None:
@@ -131,6 +132,9 @@ def read_bounds(job: Job, start: int | None, end: int | None) -> dict[str, tuple
             bounds[name] = (None, None)
             continue
         warmups, closes = [], []
+        if any(is_table_aggregate(op) or is_table_join(op) for op in readers):  # a table holds all history
+            bounds[name] = (None, None)
+            continue
         for op in readers:
             if op.join is not None:
                 w = JoinWindows.of(op)

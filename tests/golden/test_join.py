@@ -1,4 +1,4 @@
-"""Golden timelines for stream-stream joins (kafka-streams.md 3.4, 9, 10, 11) via `backfill run`.
+"""Golden timelines for stream-stream joins (docs/semantics.md §5) via `backfill run`.
 
 The cases come from kafka-streams-examples.json (TopologyTestDriver runs: each input is processed as it
 is piped, so the job takes the processing order from `seq`), plus a few timelines for rules the vectors
@@ -145,7 +145,7 @@ def test_outer_join_emission_without_the_wall_clock_throttle(golden):
     """join-outer-throttle-wallclock: emit interval 0 (TopologyTestDriver) instead of 1 s of wall clock.
 
     Same final state as the test (after key4 one row waits: key4); the throttle held key2 back while
-    key3 was processed (store size 2 there); with interval 0 it comes out at once (kafka-streams.md 14.2).
+    key3 was processed (store size 2 there); with interval 0 it comes out at once (docs/semantics.md §5.6).
     """
     case = "join-outer-throttle-wallclock"
     rows = sorted((r for r in golden[1].outputs[_operator(case)] if r["task"] == TASK[case]),

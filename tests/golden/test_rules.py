@@ -1,4 +1,4 @@
-"""Golden timelines for the lookback rule engine (flink.md 6, 7) via `backfill run`, on both engines.
+"""Golden timelines for the lookback rule engine (docs/semantics.md §12) via `backfill run`, on both engines.
 
 The rule-engine cases of flink-examples.json: rule parsing, the grouping-key string, same-timestamp
 transactions, cleanup by watermark, the three answers of the worked example (event time, arrival, arrival

@@ -1,4 +1,4 @@
-"""Golden timelines for session windows (kafka-streams.md 3.3, 6, 7, 9) via `backfill run`.
+"""Golden timelines for session windows (docs/semantics.md §11) via `backfill run`.
 
 The cases of kafka-streams-examples.json, plus the rules they do not reach (late record accepted by a still
 open session, store visibility, tombstone order, folds with merge); both engines must give exactly these.
@@ -81,7 +81,7 @@ def test_suppress_final_session_windows_raw_and_suppressed(tmp_path, spark, engi
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("stream_time,late", [(11, True), (10, False)])
 def test_late_rule_tests_the_merged_end_at_the_zero_grace_boundary(tmp_path, spark, engine, stream_time, late):
-    # gap 10, grace 0: a record at 0 is late once ST - 10 > 0 (kafka-streams.md 6, session-late-zero-grace)
+    # gap 10, grace 0: a record at 0 is late once ST - 10 > 0 (docs/semantics.md §11.2, session-late-zero-grace)
     inputs = timeline([("other", "x", stream_time), ("k", "a", 0)])
     got = run_job(tmp_path, aggregate_job("{type: session, gap: 10ms, grace: 0ms}", "{v: count()}", "updates"),
                   {"s": inputs}, engine=engine)

@@ -1,4 +1,4 @@
-"""Golden timelines for sliding windows (kafka-streams.md 3.2, 5, 7) via `backfill run`.
+"""Golden timelines for sliding windows (docs/semantics.md §10) via `backfill run`.
 
 The cases of kafka-streams-examples.json (their tests compare, per window start, the set of (value, ts)
 emitted, so these do too), plus the rules they do not reach; both engines must give exactly these.

@@ -1,4 +1,4 @@
-"""Golden timelines for tumbling/hopping aggregation (kafka-streams.md 3.1, 4, 7) via `backfill run`.
+"""Golden timelines for tumbling/hopping aggregation (docs/semantics.md §4) via `backfill run`.
 
 Each case comes from kafka-streams-examples.json; both engines must produce exactly the expected records.
 """

@@ -1,5 +1,5 @@
 """`backfill verify` on a stream-stream join: rows as multisets of (key, ts, value), each planted difference
-with the cause its evidence shows (verify/joins.py, kafka-streams.md 9, 10, 14.2).
+with the cause its evidence shows (verify/joins.py, docs/semantics.md §5).
 
 One left join, before = after = 100 ms, grace 100 ms (store retention 300 ms), one partition per topic (one
 task). The backfill processes the records by head timestamp; the timeline below is built so that moving one

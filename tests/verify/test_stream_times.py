@@ -2,7 +2,7 @@
 
 The attribution no longer orders the whole input: per-block maxima give the stream time before a block,
 and only the blocks holding the wanted records are ordered. Checked against the plain prefix maximum
-(kafka-streams.md 4.1 step 3) on out-of-order timestamps, blocks crossed and rows wanted twice.
+(docs/semantics.md §4.2) on out-of-order timestamps, blocks crossed and rows wanted twice.
 """
 from __future__ import annotations
 

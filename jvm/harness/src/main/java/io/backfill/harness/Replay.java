@@ -79,6 +79,15 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       default, turns caching off) and commit.interval.ms for the scenarios below
  *   S id join how(inner|left|outer) before after grace eager(0|1) [joiner]
  *                       joiner: l|r with '-' for a missing side (default), or plus (String(l) + '+' + String(r))
+ *   S id tjoin how(inner|left) history grace filter    stream "left" joined with table "right" (KStream#join /
+ *                       leftJoin(KTable)); history: -1 for a plain store, else a versioned store keeping that
+ *                       much history (Stores.persistentVersionedKeyValueStore, 3.5+); grace: the join's
+ *                       (Joined#withGracePeriod, 3.6+; 0: none); filter: '-' or a text: stream records whose
+ *                       value contains it (or is null) never reach the join (KStream#filter)
+ *   S id tagg aggregator filter                       groupByKey().aggregate without a window: count|sum of n|
+ *                       fold of p (ours), or tomb (a fold of p whose step gives null when p is z: a delete);
+ *                       filter as for tjoin, over the p of the value
+ *   S id agg ... [aggregator [retention [filter]]]   a window aggregate after KStream#filter, as for tjoin
  *   T task                                                 a task: the records below, in processing order
  *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it
@@ -164,17 +173,23 @@ public final class Replay {
 
     private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out,
                                long cache, long commit) {
-        boolean agg = !s[2].equals("join");
+        boolean agg = !s[2].equals("join") && !s[2].equals("tjoin") && !s[2].equals("tagg");
+        boolean twoTopics = s[2].equals("join") || s[2].equals("tjoin");
         boolean cached = cache > 0;
         StreamsBuilder builder = new StreamsBuilder();
-        if (s[2].equals("sess")) {
+        if (s[2].equals("tjoin")) {
+            Topologies.tableJoin(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), s[6], JOINER);
+        } else if (s[2].equals("tagg")) {
+            Topologies.tableAggregate(builder, s[3], s[4]);
+        } else if (s[2].equals("sess")) {
             sessions(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5], cached);
         } else if (s[2].equals("slide")) {
             sliding(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), s[5], s.length > 6 ? Long.parseLong(s[6]) : -1,
                 cached);
         } else if (agg) {
             aggregate(builder, Long.parseLong(s[3]), Long.parseLong(s[4]), Long.parseLong(s[5]), s[6],
-                s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1, cached);
+                s.length > 7 ? s[7] : "ours", s.length > 8 ? Long.parseLong(s[8]) : -1, s.length > 9 ? s[9] : "-",
+                cached);
         } else {
             join(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), Long.parseLong(s[6]), s[7].equals("1"),
                 s.length > 8 && s[8].equals("plus") ? PLUS : JOINER);
@@ -186,6 +201,9 @@ public final class Replay {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         props.put("statestore.cache.max.bytes", Long.toString(cache));  // 0: caching off, backfill's default
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.toString(commit));
+        // every serde is given explicitly; 3.6 and 3.7 still look for defaults in a stream-table join's grace buffer
+        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
+        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // the wall-clock throttles of emit-on-close and of the outer join's non-joined rows, taken as 0 (the
         // driver's clock does not move; backfill has no wall clock either)
         props.put("__emit.interval.ms.kstreams.windowed.aggregation__", 0L);
@@ -193,7 +211,7 @@ public final class Replay {
         try (TopologyTestDriver driver = new TopologyTestDriver(topology, props, Instant.ofEpochMilli(0))) {
             StringSerializer ser = new StringSerializer();
             TestInputTopic<String, String> left = driver.createInputTopic("left", ser, ser);
-            TestInputTopic<String, String> right = agg ? null : driver.createInputTopic("right", ser, ser);
+            TestInputTopic<String, String> right = twoTopics ? driver.createInputTopic("right", ser, ser) : null;
             TestOutputTopic<String, String> output =
                 driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
             for (String[] r : records) {
@@ -219,7 +237,7 @@ public final class Replay {
     }
 
     private static void aggregate(StreamsBuilder builder, long size, long advance, long grace, String emit,
-                                  String aggregator, long retention, boolean cached) {
+                                  String aggregator, long retention, String filter, boolean cached) {
         TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
             .advanceBy(Duration.ofMillis(advance));
         Initializer<String> init;
@@ -235,7 +253,8 @@ public final class Replay {
             init = () -> "0|0|";
             step = Replay::step;
         }
-        KStream<String, String> in = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
+        KStream<String, String> in = Topologies.filtered(
+            builder.stream("left", Consumed.with(Serdes.String(), Serdes.String())), filter);
         TimeWindowedKStream<String, String> windowed = in
             .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
             .windowedBy(windows);
@@ -312,7 +331,7 @@ public final class Replay {
     }
 
     /** count | sum of n (nulls ignored) | fold of p (a null value folds in "~"). */
-    private static String step(String key, String value, String acc) {
+    static String step(String key, String value, String acc) {
         String[] a = acc.split("\\|", -1);
         long count = Long.parseLong(a[0]) + 1;
         long sum = Long.parseLong(a[1]);

@@ -1,0 +1,117 @@
+"""Part: conformance. Scenarios for the topologies beyond one windowed operator: table aggregations (`table`),
+stream-table joins with plain and versioned tables (`table_join`) and window aggregates behind a filter
+(`filter`), judged by the same Kafka Streams harness (jvm/harness `Topologies`).
+
+A stream-table scenario has several keys, table updates racing the stream records (out of order, on equal
+timestamps), tombstones, null keys and values on both sides; its two topics are queues of one task, fed to
+the harness in the task's merge order (the reference engine's). What each configuration is in a job and on
+the harness's S line is written here; scenarios.py, harness.py and check.py dispatch to it.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from backfill.jobspec import versions as ks_versions
+
+KINDS = ("table", "table_join", "filter")
+FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
+TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
+
+
+def configs(kind: str) -> list[dict[str, Any]]:
+    """Every configuration of a kind."""
+    if kind == "table":
+        return [{"agg": a, "filter": f} for a in ("ours", "tomb") for f in ("-", FILTERED)]
+    if kind == "filter":
+        return [{"size": s, "advance": a, "grace": g, "emit": "updates", "filter": FILTERED}
+                for s, a, g in ((10, 10, 0), (10, 5, 0), (10, 5, 7), (12, 5, 3))]
+    out = [{"how": h, "history": -1, "grace": 0, "filter": f} for h in ("inner", "left") for f in ("-", "l3")]
+    out += [{"how": h, "history": hist, "grace": g, "filter": "-"} for h in ("inner", "left")
+            for hist, g in ((10, 0), (30, 0), (10, 4), (20, 6))]
+    return out
+
+
+def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """One task's records: the aggregate kinds draw from scenarios.py, a join's both topics here."""
+    if kind != "table_join":
+        raise ValueError(kind)
+    keys = ["a", "b", "c", "a", None]
+    out: list[dict[str, Any]] = []
+    recent: list[int] = []
+    for side, prefix in (("right", "t"), ("left", "l")):
+        for offset in range(rng.choice([0, *range(1, 12)])):
+            roll = rng.random()
+            if roll < 0.3 and recent:  # racing: a timestamp of the other side, or one step off it
+                ts = max(0, rng.choice(recent) + rng.choice([-1, 0, 0, 1]))
+            else:
+                ts = rng.choice([rng.randint(0, 40), rng.choice([0, 1, 5, 10, 11, 20, 30])])
+            recent.append(ts)
+            value = None if rng.random() < 0.15 else f"{prefix}{offset}"
+            out.append({"side": side, "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
+    return out
+
+
+def supported(kind: str, config: dict[str, Any], version: str) -> bool:
+    """Whether a configuration exists in a Kafka Streams release (versioned tables 3.5+, a join grace 3.6+)."""
+    rules = ks_versions.profile(version)
+    if kind != "table_join" or config["history"] < 0:
+        return True
+    return rules.versioned_tables and (not config["grace"] or rules.table_join_grace)
+
+
+def rules_key(kind: str, rules: ks_versions.Profile) -> tuple[bool, ...]:
+    """The rules of a release that change what our engines do for a kind (one run per distinct key)."""
+    if kind == "table_join":
+        return (rules.join_null_keys_reach_join, rules.versioned_tables, rules.table_join_grace)
+    return ()
+
+
+def dropped_reasons(kind: str) -> tuple[str, ...]:
+    """The ledger reasons Kafka Streams' dropped-records metric counts."""
+    return {"table": ("null_key", "null_value"), "table_join": ("null_key", "null_value", "expired"),
+            "filter": ("late", "null_key")}[kind]
+
+
+def operator_yaml(kind: str, name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
+    """The job's operator for one configuration."""
+    if kind == "table_join":
+        versioned = (f"\n      versioned: {{history_retention: {c['history']}ms, grace: {c['grace']}ms}}"
+                     if c["history"] >= 0 else "")
+        where = f"\n      where: {{left: \"value != '{c['filter']}'\"}}" if c["filter"] != "-" else ""
+        if c["how"] == "left" and c["grace"]:  # Kafka Streams 3.7+ fails on a null key there: filtered, as an
+            where = "\n      where: {left: \"key is not null\"}"  # application must (the harness does too)
+        return (f"  - name: {name}\n    join:\n      left: {sources['left']}\n      table: {sources['right']}\n"
+                f"      how: {c['how']}{versioned}{where}\n"
+                "      value: \"concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))\"")
+    where = f"\n      where: \"value.p != '{c['filter']}'\"" if c["filter"] != "-" else ""
+    if kind == "table":
+        aggs = (f"{{f: {{fold: {{init: \"''\", step: \"{TOMB}\"}}}}}}" if c["agg"] == "tomb" else
+                "{c: count(), s: sum(value.n), f: {fold: {init: \"''\", step: \"concat(acc, value.p)\"}}}")
+        return (f"  - name: {name}\n    aggregate:\n      input: {sources['input']}{where}\n"
+                f"      aggregations: {aggs}\n      emit: updates")
+    window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"] else
+              f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
+    return (f"  - name: {name}\n    aggregate:\n      input: {sources['input']}{where}\n      window: {window}\n"
+            "      aggregations: {c: count(), s: sum(value.n), f: {fold: {init: \"''\", step: "
+            "\"concat(acc, coalesce(value.p, '~'))\"}}}\n      emit: updates")
+
+
+def harness_line(kind: str, sid: int, c: dict[str, Any]) -> str:
+    """The S line of Replay.java for one scenario."""
+    if kind == "table_join":
+        return f"S\t{sid}\ttjoin\t{c['how']}\t{c['history']}\t{c['grace']}\t{c['filter']}"
+    if kind == "table":
+        return f"S\t{sid}\ttagg\t{c['agg']}\t{c['filter']}"
+    return f"S\t{sid}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\tupdates\tours\t-1\t{c['filter']}"
+
+
+def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
+    """One output row in the comparable form of the harness's rows."""
+    if kind == "table_join":
+        return (r["key"], None, r["value"], r["ts"])
+    if kind == "table":
+        if config["agg"] == "tomb":
+            return (r["key"], None, r["f"], r["ts"])
+        return (r["key"], None, f"{r['c']}|{r['s'] or 0}|{r['f']}", r["ts"])
+    return (r["key"], (r["window_start"], r["window_end"]), f"{r['c']}|{r['s'] or 0}|{r['f']}", r["ts"])

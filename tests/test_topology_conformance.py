@@ -1,0 +1,46 @@
+"""Kafka Streams judges the topologies beyond one windowed operator (backfill/conformance/topologies.py): table
+aggregations, stream-table joins (plain and versioned tables, with and without a grace) and window aggregates
+behind a filter, on random scenarios with several keys, table updates racing stream records, and tombstones."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from backfill.cli import app
+from backfill.conformance import check, harness, topologies
+
+pytestmark = [pytest.mark.jvm, pytest.mark.slow]
+# the current line, the last 3.x, 3.6 (versioned tables and a join grace, null keys before KIP-962) and 3.4
+# (no versioned tables: those scenarios are not drawn for it)
+VERSIONS = {"table": ["4.4.0", "3.4.1"], "filter": ["4.4.0", "3.4.1"],
+            "table_join": ["4.4.0", "3.9.1", "3.7.2", "3.6.2", "3.4.1"]}
+SEED = 7
+
+
+@pytest.mark.parametrize("kind", topologies.KINDS)
+def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -> None:
+    for version in VERSIONS[kind]:
+        harness.check_version(version)
+    results = check.run_kind(kind, 300, SEED, VERSIONS[kind], ("reference",), None, tmp_path, tmp_path / "failures")
+    for version, r in results:
+        assert [d.to_dict() for d in r.differences] == [], f"Kafka Streams {version}"
+        assert r.agreeing == {"reference": r.scenarios}
+        # not vacuous: rows and Kafka Streams' dropped records in many scenarios
+        assert r.outputs > 300 and r.dropped > 100, (version, r.outputs, r.dropped)
+    if kind == "table_join":  # 3.4 has no versioned tables: only the plain-table scenarios are judged there
+        by_version = {v: r.scenarios for v, r in results}
+        assert by_version["3.4.1"] < by_version["3.6.2"] == 300
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16)])
+def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
+    result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
+                                      "--engine", "spark", "--kafka-streams", "4.4.0", "--json",
+                                      "--failures", str(tmp_path / "failures")])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert [(r["operator"], r["agreeing"]) for r in report["results"]] == [(kind, {"spark": count})]

@@ -23,6 +23,7 @@ from backfill.errors import OrderingError
 from backfill.order.offsets import one_copy_per_offset
 from backfill.session import jvm_operator
 
+CHECKED = ("_copies", "_gap")  # order/offsets.py: what the check of one record per offset adds
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
 CHUNKED_PARTITIONS: int | None = None  # tests: order every one-queue input in chunks, over this many partitions
 SHUFFLE_BYTES = 16 << 20  # input bytes per ordering partition, as Spark estimates them (parquet, Delta)
@@ -231,7 +232,7 @@ def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Q
     jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
                          list(stream_times), len(queues.names), partitions)
     return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
-                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times, *CHECKED])
 
 
 def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
@@ -245,7 +246,7 @@ def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues
     jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
                          list(stream_times), max(len(queues.names), 1), partitions, True)
     return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
-                          ["seq", "_partition_time", "_partition_time_before", *stream_times])
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times, *CHECKED])
 
 
 def _several_queues_by_task(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:

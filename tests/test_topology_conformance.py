@@ -28,8 +28,9 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
     for version, r in results:
         assert [d.to_dict() for d in r.differences] == [], f"Kafka Streams {version}"
         assert r.agreeing == {"reference": r.scenarios}
-        # not vacuous: rows and Kafka Streams' dropped records in many scenarios
-        assert r.outputs > 300 and r.dropped > 100, (version, r.outputs, r.dropped)
+        # not vacuous: rows and Kafka Streams' dropped records in many scenarios (3.4.1 judges only the
+        # plain-table third of the join scenarios)
+        assert r.outputs > r.scenarios and r.dropped > r.scenarios // 3, (version, r.scenarios, r.outputs, r.dropped)
     if kind == "table_join":  # 3.4 has no versioned tables: only the plain-table scenarios are judged there
         by_version = {v: r.scenarios for v, r in results}
         assert by_version["3.4.1"] < by_version["3.6.2"] == 300

@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from backfill.errors import SpecError
 from backfill.jobspec.models import Aggregation, FoldAggregation
-from backfill.sqldialect import SparkSQL
+from backfill.sqldialect import SparkSQL, normalize_count
 
 RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 _ORDER_SENSITIVE = re.compile(
@@ -19,17 +19,11 @@ _ORDER_SENSITIVE = re.compile(
     r"nth_value|try_reduce)\s*\(", re.IGNORECASE)
 # what a joiner sees of each side: left.<f> / right.<f> (null on the unmatched side)
 JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
-_EMPTY_COUNT = re.compile(r"\bcount\s*\(\s*\)", re.IGNORECASE)
 # the aggregates whose values over parts of a window merge into its value, and how
 _PANE_MERGES = {exp.Count: "sum", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
 # what stops a split: per-row modifiers, and calls sqlglot does not know as aggregates but Spark may
 # (any(x) is Spark's bool_or; an unknown name may be a user's aggregate)
 _NO_SPLIT = (exp.Anonymous, exp.Any, exp.All, exp.Window, exp.Filter, exp.Distinct)
-
-
-def normalize_count(sql: str) -> str:
-    """`count()` (job-spec shorthand, counts every record incl. null values) -> `count(1)`."""
-    return _EMPTY_COUNT.sub("count(1)", sql)
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,15 @@ def test_normalize_count(sql: str, expected: str) -> None:
     assert normalize_count(sql) == expected
 
 
+def test_the_spark_engine_rewrites_count_as_the_reference_does() -> None:
+    """One rewrite for both engines: a `count()` inside a string literal stays as written in the Spark engine's
+    compiled aggregation too (its own copy once rewrote it there)."""
+    from backfill.ops.expressions import compile_aggregations
+
+    [compiled] = compile_aggregations({"n": "concat('count()', count())"}, "operators.a")
+    assert compiled.sql is not None and "'count()'" in compiled.sql and "count(1)" in compiled.sql
+
+
 # ---- aggregates -----------------------------------------------------------------------------
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -11,7 +10,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from backfill.errors import SpecError
-from backfill.sqldialect import SparkSQL
+from backfill.sqldialect import SparkSQL, normalize_count
 
 
 class ExprError(SpecError, ValueError):
@@ -72,23 +71,6 @@ def _supported_text() -> str:
 # --------------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------------
-
-
-_COUNT_EMPTY = re.compile(r"(?i)\b(count)\s*\(\s*\)")
-_QUOTED = re.compile(r"""'(?:\\.|''|[^'\\])*'|"(?:\\.|[^"\\])*"|`(?:``|[^`])*`""", re.DOTALL)
-
-
-def normalize_count(sql: str) -> str:
-    """Rewrite ``count()`` (not valid Spark SQL) to ``count(1)``, outside string literals and quoted
-    identifiers. The Spark engine applies the same rewrite before ``F.expr``."""
-    out: list[str] = []
-    pos = 0
-    for m in _QUOTED.finditer(sql):
-        out.append(_COUNT_EMPTY.sub(r"\1(1)", sql[pos:m.start()]))
-        out.append(m.group(0))
-        pos = m.end()
-    out.append(_COUNT_EMPTY.sub(r"\1(1)", sql[pos:]))
-    return "".join(out)
 
 
 def _parse(sql: str) -> exp.Expression:

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from backfill.errors import PublishError
 from backfill.jobspec.durations import format_duration
+from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.session import observation_done
@@ -28,7 +29,6 @@ from backfill.ops.windows import TimeWindows
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job
 
-FOLD_FIELDS = ("seq", "key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,12 @@ from sqlglot import exp
 
 from backfill.errors import SpecError
 from backfill.jobspec.models import Aggregation, FoldAggregation
+from backfill.jobspec.fields import JOINER_FIELDS, RECORD_FIELDS
 from backfill.sqldialect import SparkSQL, normalize_count
 
-RECORD_COLUMNS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 _ORDER_SENSITIVE = re.compile(
     r"\b(first|last|first_value|last_value|collect_list|array_agg|listagg|string_agg|max_by|min_by|any_value|"
     r"nth_value|try_reduce)\s*\(", re.IGNORECASE)
-# what a joiner sees of each side: left.<f> / right.<f> (null on the unmatched side)
-JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 # the aggregates whose values over parts of a window merge into its value, and how
 _PANE_MERGES = {exp.Count: "sum", exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}
 # what stops a split: per-row modifiers, and calls sqlglot does not know as aggregates but Spark may
@@ -130,9 +128,9 @@ def record_scope(step: str, path: str) -> str:
         parts = [p.name for p in node.parts]
         if parts[0] == "acc":
             return node
-        if parts[0] not in RECORD_COLUMNS:
+        if parts[0] not in RECORD_FIELDS:
             raise SpecError(f"{path}: {parts[0]!r} is not in scope; a fold step sees acc and "
-                            f"{', '.join(RECORD_COLUMNS)}")
+                            f"{', '.join(RECORD_FIELDS)}")
         return exp.Dot.build([exp.column("__r"), *[exp.to_identifier(p) for p in parts]])
 
     return tree.transform(scoped).sql(dialect="spark")

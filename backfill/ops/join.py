@@ -26,13 +26,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.errors import SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
-from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
+from backfill.ops.expressions import joiner_sql
 from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 

@@ -30,10 +30,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
-from backfill.ops.aggregate import FOLD_FIELDS, FinalWindows, close_why, final_columns, numbered_finals
+from backfill.ops.aggregate import FinalWindows, close_why, final_columns, numbered_finals
 from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations

@@ -19,6 +19,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import rekey_why, rekeys, stream_name
 from backfill.ledger import NULL_KEY, ledger_rows
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from backfill.jobspec.load import Job
 
 NULL_VALUE = "null_value"
-FOLD_FIELDS = ("seq", "key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
-from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
+from backfill.ops.expressions import joiner_sql
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,10 +7,10 @@ from typing import Any
 
 from backfill.errors import SpecError
 from backfill.jobspec.models import OperatorSpec
+from backfill.jobspec.fields import RECORD_FIELDS
 from backfill.jobspec.topology import where_field, wheres
 from backfill.reference.expr import compile_scalar
 
-RECORD_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset", "headers")
 
 
 class Filters:

@@ -13,12 +13,13 @@ import struct
 from collections import defaultdict
 from typing import Any
 
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.jobspec import versions
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import join_streams
 from backfill.reference.expr import compile_scalar
 from backfill.reference.records import ledger_row
-from backfill.reference.rules import (IMMEDIATE, JAVA_MAX, JOINED, JOINER_FIELDS, LEFT, RIGHT, TRIGGERED, JoinWindows,
+from backfill.reference.rules import (IMMEDIATE, JAVA_MAX, JOINED, LEFT, RIGHT, TRIGGERED, JoinWindows,
                                       java_long, join_emit_seq)
 
 

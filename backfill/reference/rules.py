@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill.errors import NotImplementedYet, OrderingError
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import is_table_aggregate, is_table_join
@@ -18,8 +19,6 @@ from backfill.jobspec.topology import is_table_aggregate, is_table_join
 DAY_MS = 24 * 3600 * 1000
 JAVA_MAX = 2**63 - 1
 LEFT, RIGHT = 1, 0  # the outer store's side byte: right rows sort before left rows of equal timestamp (docs/semantics.md §5.3)
-# what a joiner expression may read of each side (`left.<f>`, `right.<f>`)
-JOINER_FIELDS = ("key", "value", "ts", "timestamp", "topic", "partition", "offset")
 # emission phases of one processed join record: closed outer-store rows, joined pairs, its own non-joined row
 TRIGGERED, JOINED, IMMEDIATE = 0, 1, 2
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.errors import SourceError
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
 from backfill.reference.join import key_bytes
 from backfill.reference.records import ledger_row
-from backfill.reference.rules import JOINER_FIELDS
 
 
 class TableAggregate:

@@ -43,8 +43,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.io.sources import decoded, read_source
-from backfill.ops.aggregate import FOLD_FIELDS
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan

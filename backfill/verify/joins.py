@@ -43,10 +43,11 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.errors import SourceError
 from backfill.io.sources import read_source
 from backfill.jobspec.models import OperatorSpec
-from backfill.ops.expressions import JOINER_FIELDS, joiner_sql
+from backfill.ops.expressions import joiner_sql
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
 from backfill.ops.windows import LEFT, JoinWindows
 from backfill.plan.definition import Plan

@@ -98,13 +98,15 @@ class SessionAggregate(KernelAggregate):
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """The kernel's merge trees, then values, tombstones and late ledger rows."""
         assert self.spec is not None
-        return sessions(self.spec, processed, self.stream_time, counts.final_stream_time)
+        return sessions(self.spec, processed, self.stream_time, counts.final_stream_time, counts)
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
-        """Null keys counted per record must all be in the ledger; a late record is one ledger row."""
+        """Null keys counted per record must all be in the ledger. The kernel counted the records merged into a
+        session (contributing) and the late ones (late pairs) record by record (run); the late drops are the
+        ledger's rows, so `in == contributing + dropped` and `late rows == late pairs` check the ledger against
+        the records' own fates."""
         check_null_drops(self.name, counts, ledger, self.null_reasons)
-        counts.dropped["late"] = counts.late_pairs = ledger.get("late", 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
+        counts.dropped["late"] = ledger.get("late", 0)
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """Sessions: start <= ts == end (tombstones too), keys not null; unique per (key, start, end) or emit_seq."""
@@ -273,8 +275,10 @@ def _kernel(gap: int, grace: int, groups: bool, suppress: bool) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- Spark side
-def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int, int]) -> OperatorResult:
-    """Run one session aggregate over task-ordered records; `st` names its stream-time column."""
+def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int, int],
+             counts: OperatorCounts | None = None) -> OperatorResult:
+    """Run one session aggregate over task-ordered records; `st` names its stream-time column. Counts in
+    `counts` the records the kernel merged into a session (contributing) and those it found late."""
     spec = op.aggregate
     assert spec is not None
     gap, grace = int(spec.window.gap or 0), spec.window.grace_ms
@@ -288,6 +292,9 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     kernel = (keyed.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
               .applyInPandas(_kernel(gap, grace, updates or suppress, suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
+    if counts is not None:  # one kernel row per keyed record: its fate
+        fates = {r["late"]: r["count"] for r in kernel.groupBy("late").count().collect()}
+        counts.contributing, counts.late_pairs = fates.get(False, 0), fates.get(True, 0)
     late = ledger_rows(keyed.join(kernel.where("late"), ["task", "seq"]), reason=LATE, operator=op.name,
                        stream_time=F.col(st), window_start=F.col("window_start"), window_end=F.col("window_end"),
                        range_time=F.col("window_start"))

@@ -87,10 +87,10 @@ class SlidingAggregate(KernelAggregate):
         return sliding(self.spec, processed, self.stream_time, counts.final_stream_time, counts)
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
-        """Null drops must all be in the ledger; contributing and late records were counted by the kernel (run),
-        so `in == contributing + dropped` checks that each record is exactly one of them."""
+        """Null drops must all be in the ledger; contributing and late records, and the refused updates (late
+        pairs), were counted by the kernel (run), so `in == contributing + dropped` checks that each record is
+        exactly one of them, and `late rows == late pairs` that each refused update is one ledger row."""
         check_null_drops(self.name, counts, ledger, self.null_reasons)
-        counts.late_pairs = ledger.get("late", 0)  # one ledger row per refused update
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """window_end - window_start == D, ts inside the window (both ends), keys not null; unique keys."""
@@ -372,6 +372,7 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
         F.max((F.col("kind") == JOINED).cast("int")).alias("joined")).groupBy("joined").count().collect()
     found = {r["joined"]: r["count"] for r in per_record}
     counts.dropped["late"], counts.contributing = found.get(0, 0), found.get(1, 0)
+    counts.late_pairs = refused.count()  # one ledger row each
     fields = [c for c in FOLD_FIELDS if c in live.columns and c not in ("task", "seq")]
     members = kernel.where(F.col("kind") == WINDOW).select(
         "task", "wid", "window_start", F.col("ts").alias("_wts"), (F.col("held") == 1).alias("_current"),

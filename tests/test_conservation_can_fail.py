@@ -1,0 +1,61 @@
+"""Conservation is checked against the records' own fates, not derived from the ledger: a path that drops a
+record's ledger row makes the run fail (exit 2, nothing published). Session and sliding windows count their
+contributing and late records, and their late pairs, in the kernel; deriving them from the ledger's totals
+made both checks true by construction."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from backfill.cli import app
+from backfill.ledger import LATE
+from tests.conftest import write_jsonl
+
+pytestmark = [pytest.mark.spark]
+
+JOB = """
+name: conservation-{kind}
+sources:
+  s: {{format: jsonl, path: in.jsonl, value: {{format: string}}}}
+operators:
+  - name: w
+    aggregate: {{input: s, window: {window}, aggregations: {{n: count()}}, emit: updates}}
+sinks:
+  w: {{format: jsonl, path: out/w.jsonl}}
+  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
+"""
+WINDOWS = {"session": "{type: session, gap: 5s, grace: 0ms}", "sliding": "{type: sliding, time_difference: 5s, grace: 0ms}"}
+# a@1s, then a@30s moves stream time past every window of 1s, then a@2s is late (for every window it could join)
+RECORDS = [("a", 1000), ("b", 1500), ("a", 30_000), ("a", 2000), ("b", 31_000)]
+
+
+def _job(tmp: Path, kind: str) -> Path:
+    write_jsonl(tmp / "in.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": "v", "timestamp": t}
+                                   for i, (k, t) in enumerate(RECORDS)])
+    job = tmp / "job.yaml"
+    job.write_text(JOB.format(kind=kind, window=WINDOWS[kind]))
+    return job
+
+
+@pytest.mark.parametrize("kind", ["session", "sliding"])
+def test_a_late_record_without_its_ledger_row_fails_the_run(tmp_path: Path, kind: str, monkeypatch: Any) -> None:
+    job = _job(tmp_path, kind)
+    clean = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert clean.exit_code == 0, clean.stderr
+    assert '"late"' in (tmp_path / "out" / "ledger.jsonl").read_text()  # the scenario has a late record
+
+    module = __import__(f"backfill.ops.{kind}", fromlist=["ledger_rows"])
+    original = module.ledger_rows
+
+    def losing_late_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
+        rows = original(df, *args, **kwargs)
+        return rows.limit(0) if kwargs.get("reason") == LATE else rows
+
+    monkeypatch.setattr(module, "ledger_rows", losing_late_rows)
+    before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl"))
+    broken = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert broken.exit_code == 2 and "conservation check failed" in broken.stderr, (broken.exit_code, broken.stderr)
+    assert sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl")) == before  # nothing published

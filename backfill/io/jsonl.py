@@ -15,6 +15,7 @@ from backfill.jobspec.models import REGISTRY_FORMATS, SourceSpec
 # the JSON type each record field must have (key and value depend on their declared format)
 INTEGER_FIELDS = ("partition", "offset", "timestamp", "seq")
 KEY_TYPES = {"string": "string", "bytes": "string", "long": "integer", "json": "any"}
+KEY_B64 = "key_b64"  # where a JSONL line carries a binary key (a registry format's, or key.format: bytes) as base64
 EXPECTED = {"topic": "a JSON string", "partition": "a JSON integer", "offset": "a JSON integer",
             "timestamp": "epoch milliseconds (a JSON integer)", "seq": "a JSON integer",
             "headers": "a JSON object of strings"}
@@ -30,6 +31,7 @@ def read_jsonl(spark: SparkSession, location: str, spec: SourceSpec) -> DataFram
     for c in ("key", "value"):  # binary keys and values (the registry formats) are base64 text: key_b64, value_b64
         if getattr(spec, c).format in REGISTRY_FORMATS:
             fields[c] = spec.columns.get(c, f"{c}_b64")
+    fields = with_key_b64(fields, spec)
     if spec.order_by:
         fields["seq"] = spec.columns.get("seq", spec.order_by)
     types = {c: json_type(_field(name)) for c, name in fields.items()}
@@ -38,10 +40,27 @@ def read_jsonl(spark: SparkSession, location: str, spec: SourceSpec) -> DataFram
                        F.lit("unreadable record: the line is not a JSON object"))]
     problems += [_check(c, name, f"_t_{c}", spec) for c, name in fields.items()]
     problem = F.coalesce(*problems)
-    out = [_value_of(c, fields[c], f"_t_{c}", spec).alias(c) for c in fields]
+    values = {c: _value_of(c, name, f"_t_{c}", spec) for c, name in fields.items()}
+    if "key_b64" in values:  # the key's bytes: decoded from key_b64, else the string under key (its UTF-8)
+        values["key"] = F.coalesce(values.pop("key_b64"), values["key"].cast("binary"))
+    out = [v.alias(c) for c, v in values.items()]
     file = F.regexp_replace(F.url_decode(F.col("_file")), "^file:(//)?", "")
     where = F.when(problem.isNotNull(), F.struct(file.alias("file"), F.col("_line").alias("text")))
     return df.select(*out, problem.alias("_problem"), where.alias("_where"))
+
+
+def with_key_b64(fields: dict[str, str], spec: SourceSpec) -> dict[str, str]:
+    """The fields of a JSONL line, with `key_b64` after `key` when `key.format: bytes` reads it: a bytes key
+    is base64 text under `key_b64` (as a registry format's key) or, as before, a string under `key`. A key
+    mapped by `columns:` is read as a string under that name. The reference engine reads the same fields."""
+    if spec.key.format != "bytes" or "key" in spec.columns:
+        return fields
+    out: dict[str, str] = {}
+    for c, name in fields.items():
+        out[c] = name
+        if c == "key":
+            out["key_b64"] = KEY_B64
+    return out
 
 
 def json_type(variant: Column) -> Column:
@@ -62,12 +81,13 @@ def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
     """Why this field makes the record unreadable (null when it is fine; missing and null are fine)."""
     t = F.col(type_col)
     present = ~t.isin("missing", "null")
+    if column == "key_b64":  # key.format: bytes, as base64 text: one of key and key_b64
+        both = present & ~F.col("_t_key").isin("missing", "null")
+        return F.when(both, F.lit(f"unreadable key: the line has both key and {name}; key.format: bytes reads one "
+                                  f"(base64 text under {name}, or a string under key)")
+                      ).otherwise(_base64_check("key", name, t, "bytes"))
     if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
-        fmt = getattr(spec, column).format
-        base64 = F.try_to_binary(F.try_variant_get(_field(name), "$", "string"), F.lit("base64"))
-        return F.when(present & (t != "string"), F.concat(
-            F.lit(f"unreadable {column}: {name} is a JSON "), t, F.lit(f"; {column}.format: {fmt} reads base64 text")
-        )).when(present & base64.isNull(), F.lit(f"unreadable {column}: {name} is not base64"))
+        return _base64_check(column, name, t, getattr(spec, column).format)
     if column == "key":
         want = KEY_TYPES[spec.key.format]
         if want == "any":
@@ -98,10 +118,19 @@ def _check(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
     return wrong
 
 
+def _base64_check(column: str, name: str, t: Column, fmt: str) -> Column:
+    """Why a binary key or value's field (base64 text) makes the record unreadable (null when it is fine)."""
+    present = ~t.isin("missing", "null")
+    base64 = F.try_to_binary(F.try_variant_get(_field(name), "$", "string"), F.lit("base64"))
+    return F.when(present & (t != "string"), F.concat(
+        F.lit(f"unreadable {column}: {name} is a JSON "), t, F.lit(f"; {column}.format: {fmt} reads base64 text")
+    )).when(present & base64.isNull(), F.lit(f"unreadable {column}: {name} is not base64"))
+
+
 def _value_of(column: str, name: str, type_col: str, spec: SourceSpec) -> Column:
     """The field as the record column's type, null when missing, null or of the wrong type."""
     v, t = _field(name), F.col(type_col)
-    if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
+    if column == "key_b64" or column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
         return F.try_to_binary(F.when(t == "string", F.variant_get(v, "$", "string")), F.lit("base64"))
     if column == "key":
         if spec.key.format == "json":  # a string holds the key's JSON text; any other token is that text

@@ -95,6 +95,19 @@ def _binary(row: dict[str, Any], column: str, spec: SourceSpec) -> bytes | None:
     return _b64(text) if isinstance(text, str) else None
 
 
+def _with_key_b64(fields: dict[str, str], spec: SourceSpec) -> dict[str, str]:
+    """The JSONL fields read, with `key_b64` after `key` for `key.format: bytes` (unless `columns:` maps the key):
+    a bytes key is base64 text under `key_b64` or, as before, a string under `key` (backfill/io/jsonl.py)."""
+    if spec.key.format != "bytes" or "key" in spec.columns:
+        return fields
+    out: dict[str, str] = {}
+    for column, name in fields.items():
+        out[column] = name
+        if column == "key":
+            out["key_b64"] = "key_b64"
+    return out
+
+
 def _b64(text: str) -> bytes | None:
     import base64
     import binascii
@@ -139,12 +152,18 @@ def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str])
         if name not in row or row[name] is None:
             continue
         found = json_type(row[name])
+        if column == "key_b64":  # key.format: bytes as base64 text: one of key and key_b64
+            if row.get("key") is not None:
+                return (f"unreadable key: the line has both key and {name}; key.format: bytes reads one (base64 "
+                        f"text under {name}, or a string under key)")
+            problem = _base64_problem("key", name, row[name], "bytes")
+            if problem is not None:
+                return problem
+            continue
         if column in ("key", "value") and getattr(spec, column).format in REGISTRY_FORMATS:
-            fmt = getattr(spec, column).format
-            if found != "string":
-                return f"unreadable {column}: {name} is a JSON {found}; {column}.format: {fmt} reads base64 text"
-            if _b64(row[name]) is None:
-                return f"unreadable {column}: {name} is not base64"
+            problem = _base64_problem(column, name, row[name], getattr(spec, column).format)
+            if problem is not None:
+                return problem
             continue
         if column == "key":
             want = _KEY_WANTS[spec.key.format]
@@ -169,6 +188,16 @@ def jsonl_problem(row: dict[str, Any], spec: SourceSpec, fields: dict[str, str])
     return None
 
 
+def _base64_problem(column: str, name: str, text: Any, fmt: str) -> str | None:
+    """Why a binary key or value's JSONL field (base64 text) makes the record unreadable (None: it is fine)."""
+    found = json_type(text)
+    if found != "string":
+        return f"unreadable {column}: {name} is a JSON {found}; {column}.format: {fmt} reads base64 text"
+    if _b64(text) is None:
+        return f"unreadable {column}: {name} is not base64"
+    return None
+
+
 def _schema_fields(job: Job, spec: SourceSpec) -> dict[str, str] | None:
     """Top-level value fields -> JSON type, when the job names a JSON schema."""
     if not spec.value.schema_ or spec.value.format != "json":
@@ -187,6 +216,7 @@ def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[st
         fields = {c: spec.columns.get(c, c) for c in ("topic", "partition", "offset", "key", "value", "timestamp",
                                                        "headers")}
         fields.update({c: spec.columns.get(c, f"{c}_b64") for c in decoders})
+        fields = _with_key_b64(fields, spec)
         if spec.order_by:
             fields["seq"] = spec.columns.get("seq", spec.order_by)
         problem = jsonl_problem(row, spec, fields)
@@ -197,6 +227,10 @@ def _canonical(row: dict[str, Any], spec: SourceSpec, name: str, schema: dict[st
     for record_col, table_col in spec.columns.items():
         if table_col in row:
             row[record_col] = row.pop(table_col)
+    if spec.format == "jsonl" and "key_b64" in _with_key_b64({"key": "key"}, spec):
+        raw_key = _binary(row, "key", spec)  # key_b64's bytes, as a registry format's key; else the key as before
+        if raw_key is not None:
+            row["key"] = raw_key
     problem = row.get("_problem")
     if problem is None and (row.get("partition") is None or row.get("offset") is None):
         problem = "unreadable record: no partition or offset"
@@ -306,7 +340,8 @@ def ledger_row(rec: dict[str, Any], operator: str | None, reason: str, timestamp
             detail = detail or f"re-keyed to {rec['topic']}/{rec['partition']}"
         rec = {**rec, **origin}
     return {"source": rec["source"], "topic": rec["topic"], "partition": rec["partition"], "offset": rec["offset"],
-            "key": None if key is None else (key.hex() if isinstance(key, bytes) else str(key)),
+            # a binary key as Spark's hex() writes it (upper case), as the Spark engine's ledger does
+            "key": None if key is None else (key.hex().upper() if isinstance(key, bytes) else str(key)),
             "timestamp": timestamp, "operator": operator, "reason": reason, "detail": detail,
             "stream_time": stream_time, "window_start": window[0] if window else None,
             "window_end": window[1] if window else None, "range_time": range_time}

@@ -1,8 +1,9 @@
 """Part: io. A local schema registry for the tests: Apicurio Registry (its Confluent-compatible REST API).
 
 The runnable Quarkus build that scripts/setup.sh unpacked into jvm/lib/registry (jvm/deps/registry), on
-127.0.0.1 at a free port, with its default in-memory storage (H2) and no management port. It needs Java 21
-or newer: `BACKFILL_REGISTRY_JAVA`, else a Temurin 21+ under /usr/lib/jvm, else `java` when it is new enough.
+127.0.0.1 at a free port, with its default in-memory storage (H2) and its management interface on another
+free loopback port. It needs Java 21 or newer: `BACKFILL_REGISTRY_JAVA`, else a Temurin 21+ under
+/usr/lib/jvm, else `java` when it is new enough.
 """
 from __future__ import annotations
 
@@ -79,7 +80,10 @@ def start_registry(timeout_s: float = 120.0) -> Registry:
     folder = Path(tempfile.mkdtemp(prefix="backfill-registry-"))
     port = free_port()
     args = [java21(), "-Xms64m", "-Xmx512m", "-XX:TieredStopAtLevel=1", f"-Dquarkus.http.port={port}",
-            "-Dquarkus.http.host=127.0.0.1", "-Dquarkus.management.enabled=false",
+            "-Dquarkus.http.host=127.0.0.1",
+            # the management interface is fixed at build time (on, 0.0.0.0:9000): a free loopback port instead, so
+            # several registries (test workers, a demo) run side by side
+            f"-Dquarkus.management.port={free_port()}", "-Dquarkus.management.host=127.0.0.1",
             "-Dquarkus.otel.sdk.disabled=true", "-jar", str(APP)]
     with open(folder / "registry.log", "wb") as log:
         process = subprocess.Popen(args, cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

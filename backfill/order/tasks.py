@@ -232,7 +232,8 @@ def _several_queues(df: DataFrame, stream_times: Mapping[str, Column], queues: Q
     jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
                          list(stream_times), len(queues.names), partitions)
     return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
-                          ["seq", "_partition_time", "_partition_time_before", *stream_times, *CHECKED])
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times,
+                           *[c for c in CHECKED if c not in columns]])
 
 
 def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:
@@ -246,7 +247,8 @@ def _recorded_streamed(df: DataFrame, stream_times: Mapping[str, Column], queues
     jdf = operator.merge(heads._jdf, "task", "_queue", "_group", "topic", "ts", "_counted", list(flags),
                          list(stream_times), max(len(queues.names), 1), partitions, True)
     return narrow.restore(DataFrame(jdf, df.sparkSession), columns,
-                          ["seq", "_partition_time", "_partition_time_before", *stream_times, *CHECKED])
+                          ["seq", "_partition_time", "_partition_time_before", *stream_times,
+                           *[c for c in CHECKED if c not in columns]])
 
 
 def _several_queues_by_task(df: DataFrame, stream_times: Mapping[str, Column], queues: Queues) -> DataFrame:

@@ -257,7 +257,9 @@ def _identity(row: dict[str, Any], stamp: int | None) -> tuple[Any, ...]:
     """What makes two rows of one offset the same record: key, value, timestamp and headers as stored (JSON as
     its text with sorted keys)."""
     def stored(v: Any) -> Any:
-        return json.dumps(v, sort_keys=True, separators=(",", ":")) if isinstance(v, (dict, list)) else v
+        # exact decimals (a rules source's amounts) as their text: str(Decimal) keeps every digit
+        return json.dumps(v, sort_keys=True, separators=(",", ":"), default=str) if isinstance(v, (dict, list)) \
+            else v
 
     headers = row.get("headers")
     if isinstance(headers, dict):

@@ -192,7 +192,9 @@ def _canonical(df: DataFrame, spec: SourceSpec, name: str, rank: int, job: Job,
         _headers(df).alias("headers"),
         (F.col(seq_col).cast("long") if spec.order_by else F.lit(None).cast("long")).alias("seq"),
         F.coalesce(problem, key_problem, value_problem).alias("_problem"), where.alias("_where"),
-        _copy(df, spec).alias("_copy"),
+        # an unreadable record, or one without a place, is no copy of an offset: a ledger row of its own
+        F.when(F.coalesce(problem, key_problem, value_problem).isNull() & F.col("partition").cast("int").isNotNull()
+               & F.col("offset").cast("long").isNotNull(), _copy(df, spec)).alias("_copy"),
     )
     topic = F.coalesce(F.col("_topic"), F.lit(spec.topic or name))
     return out.withColumn("topic", topic).drop("_topic").select(

@@ -80,7 +80,7 @@ def _by_windows(df: DataFrame, queue: Sequence[str]) -> DataFrame:
     """The same as the operator with Spark's windows: one per offset (the copies), then one per queue in offset
     order (the gaps). Both are partitioned by columns the spread by task satisfies, and the second one's order
     is a prefix of the first's: Spark sorts once."""
-    copies = Window.partitionBy(*queue, "offset").orderBy(COPY)
+    copies = Window.partitionBy(*queue, "offset", F.col(COPY).isNull()).orderBy(COPY)  # unchecked ones apart
     whole = copies.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     checked = F.col("offset").isNotNull() & F.col(COPY).isNotNull()
     n = F.count(F.lit(1)).over(whole)

@@ -187,12 +187,18 @@ def _one_queue_streamed(df: DataFrame, stream_times: Mapping[str, Column], opera
     prepared = df.withColumn("task", F.col("partition")).drop(*[c for c in added if c in df.columns])
     columns = prepared.columns
     prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), **flags})) \
-        .repartition(partitions, "task").sortWithinPartitions("task", "offset")
+        .repartition(partitions, "task").sortWithinPartitions("task", "offset", *_unchecked_last(prepared))
     prepared = one_copy_per_offset(prepared, ["task"], streamed=True, clear=["_counted", *flags])
     jdf = operator.apply(prepared._jdf, "task", "ts", "_counted", list(flags), list(stream_times), partitions)
     out = DataFrame(jdf, df.sparkSession)
     values = [c for c in out.columns if c not in {*columns, *flags, "_counted", _RARE}]  # the running values
     return narrow.restore(out, columns, values)
+
+
+def _unchecked_last(df: DataFrame) -> list[Column]:
+    """The copies of an offset side by side for its check (order/offsets.py), the records it does not check
+    (unreadable ones) after them."""
+    return [F.col("_copy").isNull()] if "_copy" in df.columns else []
 
 
 def _shuffle_partitions(df: DataFrame) -> int:
@@ -211,7 +217,7 @@ def _streamed_heads(df: DataFrame, stream_times: Mapping[str, Column], queues: Q
     columns = prepared.columns
     prepared = narrow.pack(prepared.withColumns({"_counted": F.col("_drop").isNull(), "_queue": queues.index(),
                                                  "_group": queues.group(), **flags})) \
-        .repartition(partitions, "task").sortWithinPartitions("task", "_queue", "offset")
+        .repartition(partitions, "task").sortWithinPartitions("task", "_queue", "offset", *_unchecked_last(prepared))
     prepared = one_copy_per_offset(prepared, ["task", "_queue"], streamed=True, clear=["_counted", *flags])
     heads = DataFrame(operator.heads(prepared._jdf, "task", "_queue", "ts", "_counted", queues.bounds(), partitions),
                       df.sparkSession)

@@ -27,7 +27,8 @@ def one_per_offset(records: list[dict[str, Any]], source: str, on_error: str, st
     (the extractor's, with the `on_invalid` policy) lies before it (docs/semantics.md §7.4)."""
     by_offset: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for rec in records:
-        if rec["partition"] is not None and rec["offset"] is not None:
+        # an unreadable record, or one without a place, is no copy of an offset: a ledger row of its own
+        if rec["partition"] is not None and rec["offset"] is not None and rec["_problem"] is None:
             by_offset[(str(rec["topic"]), rec["partition"], rec["offset"])].append(rec)
     read = _read(by_offset, stamps, read_from)
     for copies in by_offset.values():  # a copy of an offset whose copies differ gives no partition time (1.2)

@@ -1,6 +1,8 @@
 package io.backfill.harness;
 
 import java.io.BufferedWriter;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStreamWriter;
 import java.io.UncheckedIOException;
@@ -45,6 +47,9 @@ public final class LiveOrder {
     }
 
     public static void main(String[] args) throws InterruptedException {
+        // the report owns stdout: whatever else prints there (a library, a shutdown hook) goes to stderr, so no
+        // line of the report is ever cut by another thread's output
+        System.setOut(System.err);
         if (args.length < 6) {
             System.err.println("usage: LiveOrder bootstrap application-id state-dir skip|partition_time a b [c d] "
                 + "[property=value ...]");
@@ -122,7 +127,7 @@ public final class LiveOrder {
     /** Prints where each record came from as its task takes it, then passes it on. */
     static final class Report implements FixedKeyProcessor<byte[], byte[], byte[]> {
         private static final BufferedWriter OUT = new BufferedWriter(
-            new OutputStreamWriter(System.out, StandardCharsets.UTF_8), 1 << 16);
+            new OutputStreamWriter(new FileOutputStream(FileDescriptor.out), StandardCharsets.UTF_8), 1 << 16);
         private FixedKeyProcessorContext<byte[], byte[]> context;
 
         static {

@@ -22,6 +22,17 @@ from backfill.errors import SourceError
 JARS = Path(os.environ.get("BACKFILL_KAFKA_JARS", Path(__file__).resolve().parents[2] / "jvm" / "lib" / "kafka"))
 
 
+def end_process(process: subprocess.Popen[bytes], folder: Path) -> None:
+    """Stop a local server started for a run or a test (SIGTERM, then SIGKILL after 20 s); remove its folder."""
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now (loopback)."""
     with socket.socket() as s:
@@ -49,13 +60,7 @@ class Broker:
         if self.stopped:
             return
         self.stopped = True
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        end_process(self.process, self.folder)
 
     def __enter__(self) -> Broker:
         return self

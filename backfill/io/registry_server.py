@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backfill.errors import SourceError
-from backfill.io.broker import free_port
+from backfill.io.broker import end_process, free_port
 
 APP = Path(os.environ.get("BACKFILL_REGISTRY_APP",
                           Path(__file__).resolve().parents[2] / "jvm" / "lib" / "registry" / "quarkus-run.jar"))
@@ -39,13 +39,7 @@ class Registry:
         if self.stopped:
             return
         self.stopped = True
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        end_process(self.process, self.folder)
 
     def __enter__(self) -> Registry:
         return self

@@ -11,11 +11,6 @@ its last value. A window the backfill updated once is a match; one it updated mo
 from __future__ import annotations
 
 import json
-import queue
-import signal
-import subprocess
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +23,7 @@ from backfill.cli import app
 from backfill.conformance.harness import classpath
 from backfill.demo import _clicks
 from backfill.io.kafka import create_topic, produce
+from tests.kafka.live_app import LiveApp
 from tests.kafka.test_live_stream import ROOT, _end_offsets
 
 pytestmark = [pytest.mark.live, pytest.mark.kafka, pytest.mark.spark, pytest.mark.jvm, pytest.mark.slow]
@@ -35,50 +31,12 @@ VERSION = "4.4.0"
 CACHE_BYTES, COMMIT_MS = 10 * 1024 * 1024, 30_000  # Kafka Streams' defaults
 
 
-class CachedApp:
-    """The application: a JVM printing RUNNING, then `AT partition offset` per record; SIGTERM closes it."""
+class CachedApp(LiveApp):
+    """LiveCached: the record cache on, commits by the wall clock."""
 
     def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, state: Path, log: Path) -> None:
-        self.log = log
-        self.proc = subprocess.Popen(["java", "-cp", classpath(VERSION), "io.backfill.harness.LiveCached", bootstrap,
-                                      app_id, source, sink, str(state), str(CACHE_BYTES), str(COMMIT_MS)],
-                                     stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.reader = threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in self.proc.stdout],
-                                       daemon=True)
-        self.reader.start()
-        self._until(lambda line: line == "RUNNING", "RUNNING")
-
-    def _until(self, done: Any, what: str, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                if done(self.lines.get(timeout=1)):
-                    return
-            except queue.Empty:
-                assert self.proc.poll() is None, f"the application exited: {self.log.read_text()[-2000:]}"
-        raise AssertionError(f"the application did not reach {what} in {timeout_s} s")
-
-    def processed(self, ends: dict[int, int]) -> None:
-        """Until it has processed every partition up to its end offset."""
-        left = {p: o - 1 for p, o in ends.items() if o > 0}
-
-        def seen(line: str) -> bool:
-            if line.startswith("AT "):
-                p, o = map(int, line.split()[1:])
-                if left.get(p) == o:
-                    del left[p]
-            return not left
-
-        if left:
-            self._until(seen, f"the end offsets {ends}")
-
-    def stop(self) -> None:
-        """A clean close: flushes the cache (every dirty window forwarded), commits, prints CLOSED."""
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.reader.join(timeout=10)
-        assert "CLOSED" in list(self.lines.queue), self.log.read_text()[-2000:]
+        super().__init__(["java", "-cp", classpath(VERSION), "io.backfill.harness.LiveCached", bootstrap, app_id,
+                          source, sink, str(state), str(CACHE_BYTES), str(COMMIT_MS)], log)
 
 
 def _job(tmp: Path, clicks: Path, stream: Path) -> Path:

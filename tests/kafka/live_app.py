@@ -1,5 +1,9 @@
-"""A live Kafka Streams application of jvm/harness run by a test: a JVM printing RUNNING, then
-`AT partition offset` per record it processed, and CLOSED after a clean close on SIGTERM."""
+"""A live Kafka Streams application of jvm/harness run by a test: a JVM printing RUNNING, `AT partition
+offset` per record it processed, and CLOSED after a clean close on SIGTERM.
+
+The stream thread processes records before the client reports RUNNING (it processes its tasks while the
+client is still REBALANCING, once their partitions are assigned), so `AT` lines come before RUNNING too: every
+line read is kept, and waiting for the end offsets starts from the first line, not from RUNNING."""
 from __future__ import annotations
 
 import queue
@@ -16,16 +20,22 @@ class LiveApp:
         self.log, self.timeout_s = log, timeout_s
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
         self.lines: queue.Queue[str] = queue.Queue()
+        self.read: list[str] = []  # every line taken from `lines` so far, in order
         self.reader = threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in self.proc.stdout or []],
                                        daemon=True)
         self.reader.start()
         self._until(lambda line: line == "RUNNING", "RUNNING")
 
-    def _until(self, done: Any, what: str) -> None:
+    def _until(self, done: Any, what: str, replay: bool = False) -> None:
+        """Until `done(line)` holds for a line; with `replay`, the lines read before are offered first."""
+        if replay and any([done(line) for line in self.read]):
+            return
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             try:
-                if done(self.lines.get(timeout=1)):
+                line = self.lines.get(timeout=1)
+                self.read.append(line)
+                if done(line):
                     return
             except queue.Empty:
                 assert self.proc.poll() is None, f"the application exited: {self.log.read_text()[-2000:]}"
@@ -43,7 +53,7 @@ class LiveApp:
             return not left
 
         if left:
-            self._until(seen, f"the end offsets {ends}")
+            self._until(seen, f"the end offsets {ends}", replay=True)
 
     def stop(self) -> None:
         """A clean close (caches flushed, every output record written, offsets committed), then CLOSED."""

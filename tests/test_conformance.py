@@ -127,3 +127,24 @@ def test_wrong_options_are_one_line_errors() -> None:
                           (["--scenarios", "0"], "--scenarios 0: give at least 1")):
         result = cli(*args)
         assert result.exit_code == 2 and message in result.stderr, result.output
+
+
+def test_which_record_was_dropped_is_judged_not_only_how_many(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    """The harness reads the task's dropped-record metric after every input record. A judge that moves each
+    drop to the record after it (the same totals) is caught on every scenario where that changes a record."""
+    real_judge = harness.judge
+
+    def judge_shifted(scenarios: list[Scenario], version: str, **kw):
+        reported, judged = real_judge(scenarios, version, **kw)
+        for sc in scenarios:  # to the next record, the last one's to the first
+            j = judged[sc.id]
+            j.refused = {(i + 1) % len(sc.order): n for i, n in j.refused.items()}
+        return reported, judged
+
+    [(_, honest)] = check.run_kind("aggregate", 60, SEED, ["4.4.0"], ("reference",), None, tmp_path / "a", None)
+    assert honest.differences == [] and honest.dropped > 20
+    monkeypatch.setattr(check, "judge", judge_shifted)
+    [(_, r)] = check.run_kind("aggregate", 60, SEED, ["4.4.0"], ("reference",), None, tmp_path / "b", None)
+    assert len(r.differences) >= 10
+    assert all(d.ours.dropped == d.theirs.dropped for d in r.differences)  # the totals alone would pass

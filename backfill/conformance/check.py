@@ -5,7 +5,8 @@ What is compared, per scenario (one task):
 - aggregates: every forwarded row (key, window, count|sum|fold, timestamp), in emission order for
   `emit: updates`, as a set for `emit: final` (suppression's emission order across keys is not part of
   the contract); and the task's dropped records (Kafka Streams' `dropped-records-total`) against the
-  ledger's `late` and `null_key` rows;
+  ledger's `late` and `null_key` rows, record by record: the metric is read after every input record, so
+  the judge says which record was dropped and how often (once per window refused);
 - joins: every forwarded row (key, value, timestamp) in emission order; dropped records against the
   ledger's `null_key` and `null_value` rows (an `expired` write is not a dropped record in Kafka Streams;
   before 3.7 a null-key record never reaches the join, so it is not counted there either).
@@ -51,6 +52,20 @@ class Observed:
 
     rows: list[tuple]
     dropped: int
+    refused: dict[tuple[str, int], int] = field(default_factory=dict)  # (side, offset) -> ledger rows
+
+
+SIDES = {"_in": "input", "_l": "left", "_r": "right"}  # a conformance job's source names end with its side
+
+
+def side_of(source: str) -> str:
+    """The scenario side of a conformance job's source (`input`, `left` or `right`)."""
+    return next(v for k, v in SIDES.items() if source.endswith(k))
+
+
+def refused_by_kafka_streams(sc: Scenario, theirs: Judged) -> dict[tuple[str, int], int]:
+    """The judge's dropped records by (side, offset): its input indexes are the scenario's processing order."""
+    return {(sc.order[i]["side"], sc.order[i]["offset"]): n for i, n in theirs.refused.items()}
 
 
 @dataclass
@@ -66,9 +81,16 @@ class Difference:
     def to_dict(self) -> dict[str, Any]:
         """JSON form for --json and the reproduction folder."""
         return {"scenario": self.scenario.id, "operator": self.scenario.kind, "config": self.scenario.config,
-                "engine": self.engine, "ours": {"rows": self.ours.rows, "dropped": self.ours.dropped},
+                "engine": self.engine, "ours": {"rows": self.ours.rows, "dropped": self.ours.dropped,
+                                                "refused": _shown(self.ours.refused)},
                 "kafka_streams": {"rows": self.theirs.rows, "dropped": self.theirs.dropped,
+                                  "refused": _shown(refused_by_kafka_streams(self.scenario, self.theirs)),
                                   "error": self.theirs.error}, "repro": self.repro}
+
+
+def _shown(refused: dict[tuple[str, int], int]) -> dict[str, int]:
+    """`side@offset` -> count, for JSON."""
+    return {f"{side}@{offset}": n for (side, offset), n in sorted(refused.items())}
 
 
 @dataclass
@@ -105,9 +127,11 @@ class Index:
                 else:  # final rows carry no task; a key belongs to one scenario
                     self.by_key.setdefault((op, r["key"]), []).append(r)
         self.drops: dict[tuple[str, int, str], int] = {}
+        self.rows: dict[tuple[str, int], list[dict[str, Any]]] = {}  # (operator, task) -> its ledger rows
         for r in summary["ledger_rows"]:
             place = (r.get("operator"), r["partition"], r["reason"])
             self.drops[place] = self.drops.get(place, 0) + 1
+            self.rows.setdefault((r.get("operator"), r["partition"]), []).append(r)
 
 
 def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
@@ -125,24 +149,29 @@ def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
             out.sort(key=repr)
     else:
         out = [(r["key"], None, r["value"], r["ts"]) for r in rows]
-    dropped = sum(index.drops.get((sc.operator, sc.id, reason), 0) for reason in dropped_reasons(sc.kind, version))
-    return Observed(out, dropped)
+    reasons = dropped_reasons(sc.kind, version)
+    dropped = sum(index.drops.get((sc.operator, sc.id, reason), 0) for reason in reasons)
+    refused: dict[tuple[str, int], int] = {}
+    for r in index.rows.get((sc.operator, sc.id), []):
+        if r["reason"] in reasons:
+            place = (side_of(r["source"]), r["offset"])
+            refused[place] = refused.get(place, 0) + 1
+    return Observed(out, dropped, refused)
 
 
 def agree(sc: Scenario, ours: Observed, theirs: Judged) -> bool:
-    """Same rows (in order where order is part of the contract) and the same number of dropped records."""
+    """Same rows (in order where order is part of the contract), the same number of dropped records, and the
+    same records dropped as often."""
     rows = sorted(theirs.rows, key=repr) if sc.kind != "join" and sc.config.get("emit") == "final" else theirs.rows
     return theirs.error is None and [tuple(r) for r in ours.rows] == [tuple(r) for r in rows] \
-        and ours.dropped == theirs.dropped
+        and ours.dropped == theirs.dropped and ours.refused == refused_by_kafka_streams(sc, theirs)
 
 
 def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]]]) -> None:
     """Each scenario's records in the processing order the reference engine derived (its task's order)."""
     for sc in scenarios:
         by_place = {(r["side"], r["offset"]): r for r in sc.records}
-        sides = {"_in": "input", "_l": "left", "_r": "right"}
-        sc.order = [by_place[(next(v for k, v in sides.items() if o["source"].endswith(k)), o["offset"])]
-                    for o in order.get(sc.id, [])]
+        sc.order = [by_place[(side_of(o["source"]), o["offset"])] for o in order.get(sc.id, [])]
 
 
 def reference_summary(job: Path) -> tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]:

@@ -2,9 +2,9 @@
 version.
 
 The harness reads tab-separated scenarios on stdin (see jvm/harness/.../Replay.java) and prints, per
-(scenario, task), what the topology forwarded, in order, with timestamps, and the task's
-`dropped-records-total` metric. Every version named in jvm/pom.xml has its own classpath under
-`jvm/lib/kafka-streams-<version>/` (scripts/setup.sh resolves them).
+(scenario, task), what the topology forwarded, in order, with timestamps, the task's `dropped-records-total`
+metric, and which input records made it rise (read after each record is piped). Every version named in
+jvm/pom.xml has its own classpath under `jvm/lib/kafka-streams-<version>/` (scripts/setup.sh resolves them).
 """
 from __future__ import annotations
 
@@ -25,11 +25,15 @@ NULL = "\\N"
 
 @dataclass
 class Judged:
-    """What Kafka Streams did with one scenario: forwarded rows in order, dropped-record count, or an error."""
+    """What Kafka Streams did with one scenario: forwarded rows in order, dropped-record count, or an error.
+
+    `refused`: input index (the scenario's processing order) -> how much the task's dropped-record metric rose
+    while that record was processed (a windowed aggregate counts every window it refuses the record)."""
 
     rows: list[tuple] = field(default_factory=list)
     dropped: int = 0
     error: str | None = None
+    refused: dict[int, int] = field(default_factory=dict)
 
 
 def versions() -> list[str]:
@@ -115,6 +119,8 @@ def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> t
             value = None if f[6] == NULL else f[6]
             window = (int(f[4]), int(f[5])) if f[4] != "-" else None
             results[int(f[1])].rows.append((key, window, value, int(f[7])))
+        elif f[0] == "K":
+            results[int(f[1])].refused[int(f[3])] = int(f[4])
         elif f[0] == "D":
             results[int(f[1])].dropped = int(f[3])
         elif f[0] == "X":

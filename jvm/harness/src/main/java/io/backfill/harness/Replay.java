@@ -91,7 +91,9 @@ import org.apache.kafka.streams.test.TestRecord;
  *   T task                                                 a task: the records below, in processing order
  *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it
- * Output (stdout): V version; O id task key start end value ts; D id task dropped; X id task message.
+ * Output (stdout): V version; O id task key start end value ts; K id task index n: the task's dropped-record
+ *                       metric rose by n while the record at that index (0-based, in input order) was processed;
+ *                       D id task dropped; X id task message.
  *
  * <p>The driver commits after every input record, and a commit flushes the record cache: with the cache on,
  * only the updates made while processing one record are coalesced, and what a flush forwards carries the
@@ -214,9 +216,17 @@ public final class Replay {
             TestInputTopic<String, String> right = twoTopics ? driver.createInputTopic("right", ser, ser) : null;
             TestOutputTopic<String, String> output =
                 driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
-            for (String[] r : records) {
+            long before = 0;
+            for (int i = 0; i < records.size(); i++) {
+                String[] r = records.get(i);
                 TestInputTopic<String, String> topic = r[1].equals("R") ? right : left;
                 topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
+                // which record the task dropped, and how often (a windowed aggregate counts each window it refuses)
+                long now = (long) dropped(driver.metrics());
+                if (now > before) {
+                    out.println(String.join("\t", "K", s[1], task, Integer.toString(i), Long.toString(now - before)));
+                }
+                before = now;
             }
             List<TestRecord<String, String>> forwarded = output.readRecordsToList();
             for (TestRecord<String, String> rec : forwarded) {

@@ -305,3 +305,19 @@ def test_verify_names_missing_input_from_the_runs_gap_record(tmp_path, spark, wi
     assert causes.get("missing_input", 0) > 0 and "unexplained" not in causes, causes
     notes = " ".join(n for s in report["sections"] for n in s["notes"])
     assert "the input's offset gaps: recorded by run" in notes
+
+
+def test_a_record_without_a_topic_is_in_its_partitions_queue_in_both_engines(tmp_path, spark):
+    """A source is one topic: a JSONL record whose topic is null gets the source's, and is processed in its
+    partition's offset order. Offset 25 of partition 0 has no topic and timestamp 3 s: by then stream time is
+    24 s, so it is late for [0, 10s). Offset 12 of partition 1 is there twice, once without a topic and with
+    another value: copies that differ, both ledgered."""
+    rows = records()
+    rows[25] = {**rows[25], "topic": None, "timestamp": 3000}
+    rows.append({**rows[30 + 12], "topic": None, "value": "other"})
+    got = {e: run(tmp_path / e, "jsonl", rows, spark, engine=e) for e in ("spark", "reference")}
+    assert all(g["code"] == 0 for g in got.values()), [g["stderr"] for g in got.values()]
+    fates = {e: sorted((r["reason"], r["partition"], r["offset"]) for r in g["ledger"]) for e, g in got.items()}
+    assert fates["spark"] == fates["reference"] == [
+        ("conflicting_offset", 1, 12), ("conflicting_offset", 1, 12), ("late", 0, 20), ("late", 0, 25)]
+    assert _sorted(got["spark"]["outputs"]) == _sorted(got["reference"]["outputs"])

@@ -77,13 +77,16 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
             return _one_queue_in_chunks(df, stream_times, partitions, stored)
     # hash on task alone satisfies both windows below: one shuffle
     df = df.withColumn("task", F.col("partition")).repartition("task")
-    queue_columns = ["task"] if single_queue and not given_order else ["task", "source", "topic"]
+    # a source is one topic: a record without a topic of its own is in its partition's queue (docs/semantics.md §7.2)
+    queue_columns = ["task"] if single_queue and not given_order else ["task", "source"]
     df = one_copy_per_offset(df, queue_columns)
+    # an unreadable record after the readable copies of its offset, as in the streamed passes (_unchecked_last)
+    unreadable = F.coalesce(F.col("_drop").startswith("unreadable"), F.lit(False))
     if single_queue and not given_order:
         # one input partition per task: the merge order is its offset order, so one sort does it all
-        queue = Window.partitionBy("task").orderBy("offset")
+        queue = Window.partitionBy("task").orderBy("offset", unreadable)
     else:
-        queue = Window.partitionBy("task", "source", "topic").orderBy("offset")
+        queue = Window.partitionBy("task", "source").orderBy("offset", unreadable)
     # partition time so far (this record included) and before it; unordered ts (null) are ignored by max
     so_far = queue.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     order = queue if single_queue and not given_order else recorded_order()

@@ -72,7 +72,8 @@ class Queue:
                  on_error: str, result: ReferenceResult, start: int | None, until: int | None,
                  given_order: bool = False) -> None:
         self.source, self.rank = source, rank
-        self.items = sorted(records, key=lambda r: r["offset"])
+        # offset order; an unreadable record after the readable copies of its offset (docs/semantics.md §7.2)
+        self.items = sorted(records, key=lambda r: (r["offset"], r["_problem"] is not None))
         self.topic = str(self.items[0]["topic"]) if self.items else source
         self.spec, self.on_error, self.result = spec, on_error, result
         self.start, self.until = start, until
@@ -257,13 +258,14 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
             if spec.on_error == "fail":
                 raise SourceError(f"sources.{name}: a record is unreadable ({rec['_problem']})")
             result.ledger.append(ledger_row(rec, None, "unreadable", None, None, None, detail=rec["_problem"]))
+        # a source is one topic: a record without a topic of its own is in its partition's queue (§7.2)
         by_partition: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for rec in records:
             if rec["partition"] is not None and rec["offset"] is not None:
-                by_partition[(rec["topic"], rec["partition"])].append(rec)
-        partitions[name] = spec.partitions or max((p + 1 for _, p in by_partition), default=0)
+                by_partition[rec["partition"]].append(rec)
+        partitions[name] = spec.partitions or max((p + 1 for p in by_partition), default=0)
         read_from, read_until = bounds[name]
-        for (_, partition), recs in sorted(by_partition.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        for partition, recs in sorted(by_partition.items()):
             queues_by_task[partition].append(Queue(name, rank, recs, spec.timestamp, spec.on_error, result,
                                                    read_from, read_until, given_order=bool(spec.order_by)))
     for op in job.spec.operators:
@@ -295,7 +297,7 @@ def _run_rules(job: Job, result: ReferenceResult) -> None:
                     raise SourceError(f"sources.{name}: a record is unreadable ({rec['_problem']})")
                 result.ledger.append(ledger_row(rec, None, "unreadable", None, None, None, detail=rec["_problem"]))
                 continue
-            by_partition[(rec["topic"], rec["partition"])].append(rec)
+            by_partition[rec["partition"]].append(rec)
         records[name] = []
         for recs_of_partition in by_partition.values():
             queue = Queue(name, rank, recs_of_partition, spec.timestamp, spec.on_error, result, None, None,

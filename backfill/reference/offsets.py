@@ -25,11 +25,12 @@ def one_per_offset(records: list[dict[str, Any]], source: str, on_error: str, st
 
     Only the copies a run reads are compared: with a warm-up bound (`read_from`), not those whose timestamp
     (the extractor's, with the `on_invalid` policy) lies before it (docs/semantics.md §7.4)."""
-    by_offset: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    # a source is one topic: a copy without a topic of its own (it has the source's name) is a copy all the same
+    by_offset: dict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for rec in records:
         # an unreadable record, or one without a place, is no copy of an offset: a ledger row of its own
         if rec["partition"] is not None and rec["offset"] is not None and rec["_problem"] is None:
-            by_offset[(str(rec["topic"]), rec["partition"], rec["offset"])].append(rec)
+            by_offset[(rec["partition"], rec["offset"])].append(rec)
     read = _read(by_offset, stamps, read_from)
     for copies in by_offset.values():  # a copy of an offset whose copies differ gives no partition time (1.2)
         if len({c["_copy"] for c in copies}) > 1:
@@ -38,8 +39,9 @@ def one_per_offset(records: list[dict[str, Any]], source: str, on_error: str, st
     left_out: dict[str, int] = defaultdict(int)
     dropped: set[int] = set()
     conflicts = []
-    for (topic, partition, offset), every in sorted(by_offset.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+    for (partition, offset), every in sorted(by_offset.items()):
         copies = [c for c in every if id(c) in read]
+        topic = str(every[0]["topic"])
         if len(copies) < 2:
             continue
         if all(c["_copy"] == copies[0]["_copy"] for c in copies):
@@ -58,7 +60,7 @@ def one_per_offset(records: list[dict[str, Any]], source: str, on_error: str, st
     return [r for r in records if id(r) not in dropped], dict(left_out)
 
 
-def _read(by_offset: dict[tuple[Any, Any, Any], list[dict[str, Any]]], stamps: TimestampSpec,
+def _read(by_offset: dict[tuple[Any, Any], list[dict[str, Any]]], stamps: TimestampSpec,
           read_from: int | None) -> set[int]:
     """The records a run reads: all of them, or from a warm-up bound those without a timestamp (a dropped or an
     unreadable one) and those at or after it. A timestamp is the extractor's if valid, else per `on_invalid`:
@@ -67,9 +69,9 @@ def _read(by_offset: dict[tuple[Any, Any, Any], list[dict[str, Any]]], stamps: T
     if read_from is None:
         return {id(r) for r in every}
     out: set[int] = set()
-    partition_time: dict[tuple[str, Any], int | None] = {}
-    for (topic, partition, _), copies in sorted(by_offset.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        before = partition_time.get((topic, partition))
+    partition_time: dict[Any, int | None] = {}
+    for (partition, _), copies in sorted(by_offset.items()):
+        before = partition_time.get(partition)
         valid = [_raw(c, stamps) for c in copies if c["_problem"] is None]
         for c in copies:
             raw = _raw(c, stamps) if c["_problem"] is None else None
@@ -80,7 +82,7 @@ def _read(by_offset: dict[tuple[Any, Any, Any], list[dict[str, Any]]], stamps: T
         if len({c["_copy"] for c in copies}) == 1:  # a copy of an offset whose copies differ gives no time
             times = [v for v in valid if _valid(v)]
             if times:
-                partition_time[(topic, partition)] = max(times + ([before] if before is not None else []))
+                partition_time[partition] = max(times + ([before] if before is not None else []))
     return out
 
 

@@ -16,6 +16,9 @@ The stream evidently went past a row when it wrote a later position of the task,
 another key of the task (a window closes for every key of a task at once); a row it went past is at no end
 bound. It evidently started before a row when it wrote an earlier position of the task. A row beyond all the
 stream wrote, with nothing declared, is no evidence: a stream that lost its head or its tail looks the same.
+
+The data read's own bounds (a window not closed by its end, or starting before the first record read of a
+partition read from a later offset) explain only a row the stream has (`in_data_read`).
 """
 from __future__ import annotations
 

@@ -114,6 +114,16 @@ def test_a_window_of_the_last_window_start_lost_for_one_key_is_not_range_boundar
     assert report["verdict"] == "differences"
 
 
+def test_a_window_written_for_other_keys_where_the_stream_output_ends_is_not_range_boundary(
+        job: Path, tmp_path: Path) -> None:
+    """(b) emit: updates: the stream's output ends at [20 s, 30 s) (the backfill's goes on to [30 s, 40 s)), and
+    it lacks that last window start for c only: it wrote it for a and b of the same task, so it had processed
+    that time; the lost [30 s, 40 s) of every key has no bound either."""
+    report = _verify(job, "updates", FINAL[:8], tmp_path)
+    assert _named(report) == {"unexplained": 4}  # c's [20 s, 30 s) and [30 s, 40 s) of a, b, c
+    assert _differences(report)[("c", 20_000)] == ("missing_in_stream", "unexplained")  # 3 samples per cause
+
+
 def test_a_closed_window_lost_for_one_key_is_not_range_boundary(job: Path, tmp_path: Path) -> None:
     """(b) emit: final: the stream lacks c's [20 s, 30 s), its last window start, which it closed for a and b."""
     report = _verify(job, "counts", FINAL[:8], tmp_path)

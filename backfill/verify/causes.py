@@ -12,8 +12,11 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 - tie_order: only order-sensitive columns differ, the window holds records with equal timestamps, and they
   came through a repartition topic, whose interleaving is modelled, not known (docs/semantics.md §8). A
   partition's own records are taken in offset order, equal timestamps or not.
-- range_boundary: the window was not closed by the end of the data read, starts before the first
-  record read of a partition that was read from a later offset, or lies outside the stream's output.
+- range_boundary: a window the stream has was not closed by the end of the data read, or starts before the
+  first record read of a partition that was read from a later offset (the stream read on, or from earlier);
+  or the window straddles a bound of the stream's output that the evidence shows: the run's declared range,
+  or where the stream's output of the window's task evidently starts or ends (verify/bounds.py). A window the
+  stream lacks is never put down to the data read, nor to a bound the stream evidently went past.
 - missing_input: the key's partition has an offset gap while the window was open (docs/semantics.md §8).
 - reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
   application did, in a task with evidence of a restart (verify/restarts.py).
@@ -52,7 +55,7 @@ from backfill.session import release as free
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import UNREADABLE
 from backfill.time.extract import extract
-from backfill.verify import restarts
+from backfill.verify import bounds, restarts
 from backfill.verify.joins import JOIN_CAUSES
 from backfill.verify.reconcile import BROADCAST_KEYS, MATCH, MISMATCH, Comparison, Tolerance
 from backfill.verify.restarts import RESTART_CAUSES
@@ -422,8 +425,7 @@ def variant_records(mem: DataFrame, best: DataFrame) -> DataFrame:
     return chosen.groupBy("key", "window_start").agg(F.sort_array(F.collect_list(record)).alias("records"))
 
 
-def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
-              stream_bounds: tuple[int | None, int | None],
+def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence, written: bounds.Written,
               restart: RestartEvidence | None = None) -> tuple[DataFrame, list[dict[str, Any]]]:
     """Non-matching rows with `cause`, `detail` and `records` (the input records that show the cause), and
     the restarts found (one entry per restarted task, verify/restarts.py `incidents`)."""
@@ -453,7 +455,7 @@ def attribute(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence
         points = _restart_points(ev, restart)
         out = _with_restarts(out, mem, nonmatch, best, points, ev, aggs, cmp, windows)
         parts = ev.partitions.collect()  # one row per input partition
-        out = _with_boundaries(out, parts, windows, stream_bounds, cmp)
+        out = _with_boundaries(out, parts, windows, written, cmp)
         out = _with_gaps(out, ev, parts, windows)
         order_sensitive = [a.name for a in aggs if a.order_sensitive]
         attributed = _assign(out, cmp, windows, order_sensitive).persist(StorageLevel.MEMORY_AND_DISK)
@@ -515,9 +517,10 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
     return out.withColumn("_reemit", F.coalesce(F.col("closed_at") >= F.col("_restart_at"), F.lit(False)))
 
 
-def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows,
-                     stream_bounds: tuple[int | None, int | None], cmp: Comparison) -> DataFrame:
-    """`_end_open` / `_start_open` (window incomplete in the data read) and `_outside` (the stream's range)."""
+def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows, written: bounds.Written,
+                     cmp: Comparison) -> DataFrame:
+    """`_end_open` / `_start_open` (window incomplete in the data read, for a window the stream has) and
+    `_bound` (a bound of the stream's output the window straddles, verify/bounds.py)."""
     end_st = {r["partition"]: r["end_st"] for r in parts}
     late_start = {r["partition"]: r["first_ts"] for r in parts if (r["first_offset"] or 0) > 0}
     closes = F.col("window_start") + F.lit(windows.size + windows.grace)  # window end + grace
@@ -537,12 +540,11 @@ def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows,
         start_open = F.when(known, own_start).otherwise(any_start)
     else:
         start_open = F.lit(False)
-    lo, hi = stream_bounds
-    outside = F.lit(False)
-    if lo is not None and hi is not None:
-        outside = (F.col("category") == cmp.label("missing")) & (
-            (F.col("window_start") < F.lit(lo)) | (F.col("window_start") > F.lit(hi)))
-    return out.withColumn("_end_open", end_open).withColumn("_start_open", start_open).withColumn("_outside", outside)
+    missing = cmp.label("missing")
+    out = (out.withColumn("_end_open", bounds.in_data_read(end_open, F.col("category"), missing))
+           .withColumn("_start_open", bounds.in_data_read(start_open, F.col("category"), missing)))
+    span = (F.col("window_start"), F.col("window_start") + F.lit(windows.size))
+    return bounds.straddled(out, written, F.col("window_start"), span, closes)
 
 
 def _with_gaps(out: DataFrame, ev: Evidence, parts: list[Any], windows: TimeWindows) -> DataFrame:
@@ -601,7 +603,7 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
         F.format_string("the stream dropped %d record(s) the backfill accepted behind stream time", -F.col("variant")))
     # a restart cause yields to tie order and to a window incomplete in the data read (a chance match of a
     # recomputation there proves nothing)
-    boundary = F.col("_end_open") | F.col("_start_open") | F.col("_outside")
+    boundary = F.col("_end_open") | F.col("_start_open") | F.col(bounds.BOUND).isNotNull()
     kind = F.when(~only_order & ~boundary, F.floor(F.col("restart_variant") / 10**6))
     # records the backfill accepted behind stream time that the stream dropped: a restart explains the same value
     # better where one is proven (a restarted task's stream time starts over lower; it drops fewer, never more)
@@ -639,7 +641,7 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
                                          "(stream time < window end + grace)"))
         .when(F.col("_start_open"), F.lit("window starts before the first record read of a partition read "
                                            "from a later offset"))
-        .when(F.col("_outside"), F.lit("window outside the streaming output's range"))
+        .when(F.col(bounds.BOUND).isNotNull(), F.col(bounds.BOUND))
         .when(F.col("_gap").isNotNull(), F.col("_gap"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))
@@ -661,7 +663,7 @@ def _kept() -> Column:
 
 
 def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
-                        stream_bounds: tuple[int | None, int | None]) -> DataFrame:
+                        written: bounds.Written) -> DataFrame:
     """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs and each
     partition's stream time at the end of the data (docs/semantics.md §10, §11)."""
     assert op.aggregate is not None
@@ -680,10 +682,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         F.coalesce(F.col("l_window_end"), F.col("r_window_end"), F.col("window_start"))
     suppress = op.aggregate.emit == "final" and op.aggregate.close_mechanism == "suppress"
     closes = end + F.lit(w.grace_ms + gap)
-    open_ = F.coalesce(closes > F.col("end_st") if suppress else closes >= F.col("end_st"), F.lit(False))
-    lo, hi = stream_bounds
-    outside = F.lit(False) if lo is None or hi is None else \
-        (F.col("window_start") < F.lit(lo)) | (F.col("window_start") > F.lit(hi))
+    open_ = bounds.in_data_read(F.coalesce(closes > F.col("end_st") if suppress else closes >= F.col("end_st"),
+                                           F.lit(False)), F.col("category"), missing)
     if session:  # a session missing on one side that overlaps another of the same key on the other side
         lonely = out.where(F.col("category").isin(missing, extra)).select(
             "key", "window_start", "window_end", "category")
@@ -698,6 +698,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     else:
         out = out.withColumn("_other", F.lit(None).cast("string"))
     out = _bounds_gaps(out, ev, w, end)
+    out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
+    outside = F.col(bounds.BOUND).isNotNull()
     cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"),
                                                      F.lit("duplicate_delivery")).otherwise(F.lit("unexplained")))
              .when(F.col("_other").isNotNull() & F.col("_gap").isNotNull(), F.lit("missing_input"))
@@ -715,7 +717,7 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
             "order, or what the session store still held, differed)", side, F.col("_other")))
         .when(open_, F.lit(f"window not closed by the end of the data read (stream time {'<' if suppress else '<='} "
                            "window end + grace" + (" + gap)" if session else ")")))
-        .when(outside, F.lit("window outside the streaming output's range"))
+        .when(outside, F.col(bounds.BOUND))
         .when(F.col("_gap").isNotNull(), F.col("_gap"))
         .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
         .otherwise(F.lit("no evidence: a logic difference")))

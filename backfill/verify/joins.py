@@ -25,8 +25,8 @@ is, with what the run did to them (task order, the stores' stream times):
   wall-clock throttle allows (1 s by default), the backfill at every trigger (docs/semantics.md §5.6).
 - processing_order: a joined row at another position: the task processed its records in another order
   (live edge, max.task.idle.ms, the first offering: docs/semantics.md §2.4, §8). The values agree.
-- range_boundary: the row lies outside the time range of the stream's output, or its window had not closed
-  when the data read ends.
+- range_boundary: a row the stream has whose window had not closed when the data read ends (the stream went
+  on), or a row that straddles a bound of the stream's output the evidence shows (verify/bounds.py).
 - missing_input (co-partitioned joins): an input partition of the row's task skips offsets within a store
   retention of the row's timestamp (docs/semantics.md §8).
 - unexplained: none of the above. A stream value that no input records produce is a logic difference
@@ -53,6 +53,7 @@ from backfill.ops.windows import LEFT, JoinWindows
 from backfill.plan.definition import Plan
 from backfill.session import release
 from backfill.time.extract import extract
+from backfill.verify import bounds
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
 from backfill.verify.tables import is_topic_archive, recorded_gaps, source_committed_ranges, without_committed_gaps
 
@@ -163,12 +164,16 @@ class JoinEvidence:
     vtype: T.DataType  # the published value's type
     gaps: DataFrame | None = None  # offset gaps of a co-partitioned join's inputs: task, topic, gap_from, gap_to,
     # ts_before, ts_after (every record read counts, a dropped one too: only what the archive lacks is a gap)
+    declared: tuple[int | None, int | None] = (None, None)  # the run's range (--start, --end)
+    # both outputs as read (backfill_rows, stream_rows), before the range cuts them: where the stream evidently went
+    outputs: tuple[DataFrame, DataFrame] | None = None
 
 
 def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSession,
-             run: dict[str, Any] | None = None) -> JoinEvidence:
+             run: dict[str, Any] | None = None, outputs: tuple[DataFrame, DataFrame] | None = None) -> JoinEvidence:
     """The join's records as the run processed them (same reading, order and cut as `backfill run`); `run`: the
-    manifest of the run over this range, whose gap record (docs/semantics.md §7.4) is used where it stands."""
+    manifest of the run over this range, whose gap record (docs/semantics.md §7.4) is used where it stands;
+    `outputs`: both outputs before the range cuts them (JoinEvidence.outputs)."""
     from backfill.plan.evaluator import join_records  # the evaluator imports this package's users
 
     assert op.join is not None
@@ -176,7 +181,8 @@ def evidence(plan: Plan, op: OperatorSpec, vtype: T.DataType, spark: SparkSessio
     records = records.withColumn("k", F.col("key").cast("string"))
     gaps = None if op.join.group_by is not None else _input_gaps(spark, plan, op, run)  # a task is a partition
     return JoinEvidence(records=records, windows=JoinWindows.of(op.join),
-                        joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype, gaps=gaps)
+                        joiner=joiner_sql(op.join.value, f"operators.{op.name}.join.value"), vtype=vtype, gaps=gaps,
+                        declared=(plan.start, plan.end), outputs=outputs)
 
 
 def _input_gaps(spark: SparkSession, plan: Plan, op: OperatorSpec, run: dict[str, Any] | None = None) -> DataFrame:
@@ -305,7 +311,7 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
         named = found.where(c("cause").isNotNull()).withColumn("_n", F.row_number().over(best)) \
             .where(c("_n") == 1).drop("_n")
         out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
-        out = _boundaries(out, rows, missing)
+        out = _boundaries(out, rows, ev)
         out = _throttled(out, rows, missing)
         if ev.gaps is not None:
             out = _missing_input(out, ev)
@@ -450,18 +456,26 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written
     return cand.select("_id", cause.alias("cause"), detail.alias("detail"), inputs.cast(INPUT_TYPE).alias("inputs"))
 
 
-def _boundaries(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
-    """range_boundary for an unexplained missing row outside the time range of the stream's output (a topic's
-    retention deleted its start, or it was archived before the backfill's end)."""
+def _boundaries(out: DataFrame, rows: DataFrame, ev: JoinEvidence) -> DataFrame:
+    """range_boundary for a row no other cause explains that straddles a bound of the stream's output the evidence
+    shows (verify/bounds.py): its records span [ts - before - after, ts], it is complete by ts + retention."""
     c = F.col
-    bounds = rows.where(c("partition").isNotNull()).agg(F.min("ts").alias("lo"), F.max("ts").alias("hi")).first()
-    lo, hi = (bounds["lo"], bounds["hi"]) if bounds is not None else (None, None)
-    outside = c("cause").isNull() & (c("category") == missing) & (
-        F.lit(lo is None) | (c("ts") < F.lit(lo)) | (c("ts") > F.lit(hi)))
-    span = "it has no row" if lo is None else f"it has rows from ts {lo} to {hi}"
-    return (out.withColumn("detail", F.when(outside, F.lit(f"outside the stream's output ({span})"))
-                           .otherwise(c("detail")))
-            .withColumn("cause", F.when(outside, F.lit("range_boundary")).otherwise(c("cause"))))
+    mine, theirs = ev.outputs if ev.outputs is not None else (rows.where(c("emit_seq").isNotNull()),
+                                                              rows.where(c("partition").isNotNull()))
+    mine, theirs = (df.select(F.coalesce(c("key"), F.lit(_NULL_KEY)).alias("key"), c("ts").alias("at"), *extra)
+                    for df, extra in ((mine, ["task"]), (theirs, [])))
+    tasks = bounds.tasks_of(mine, "task")
+    written = bounds.Written(stream=theirs, backfill=mine.drop("task"), tasks=tasks, declared=ev.declared)
+    w = ev.windows
+    probe = (out.withColumn("_key", c("key")).withColumn("key", c("k"))
+             .join(tasks.withColumnRenamed("task", "_t"), "key", "left")
+             .withColumn("_task", F.coalesce(c("task"), c("_t"))))
+    span = (c("ts") - F.lit(w.before + w.after), c("ts") + F.lit(1))
+    marked = bounds.straddled(probe, written, c("ts"), span, c("ts") + F.lit(w.retention))
+    hit = c("cause").isNull() & c(bounds.BOUND).isNotNull()
+    return (marked.withColumn("detail", F.when(hit, c(bounds.BOUND)).otherwise(c("detail")))
+            .withColumn("cause", F.when(hit, F.lit("range_boundary")).otherwise(c("cause")))
+            .withColumn("key", c("_key")).drop("_key", "_t", "_task", bounds.BOUND))
 
 
 def _throttled(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:

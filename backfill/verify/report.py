@@ -18,8 +18,9 @@ from backfill.verify.runner import SEVERITY, Outcome, Section
 CAUSE_TEXT = {
     "late_drop_differs": "the record set differs by records one side dropped as late and the other did not "
                          "(stream time differed: restart, live edge); the records are shown",
-    "range_boundary": "incomplete in the data read (its window, or a join row's window, not closed by the end "
-                      "of the data, or starting before it) or outside the streaming output's range",
+    "range_boundary": "a window the stream has, incomplete in the data read (not closed by the end of the data, "
+                      "or starting before it), or a window straddling a bound of the streaming output the evidence "
+                      "shows (the declared range, or where the stream's output of its task starts or ends)",
     "tie_order": "an order-sensitive aggregation over records with equal timestamps: their order is not knowable",
     "duplicate_delivery": "the stream wrote the same result more than once (at-least-once delivery)",
     "missing_input": "the archived input has an offset gap while the window was open",

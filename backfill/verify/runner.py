@@ -27,7 +27,7 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify import cache, joins, mechanism, restarts
+from backfill.verify import bounds, cache, joins, mechanism, restarts
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
@@ -256,7 +256,11 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                      columns=columns, tolerances=tol, left="backfill",
                      right="stream", left_order=("emit_seq",) if numbered else (),
                      right_order=order if len(order) == 2 else (), updates=updates)
-    backfill, stream = _in_range(plan, _text_key(backfill)), _in_range(plan, _text_key(stream))
+    backfill, stream = _text_key(backfill), _text_key(stream)
+    # every window either output wrote, before the range cuts them: where the stream's output evidently went
+    positions = (backfill.select("key", F.col("window_start").cast("long").alias("at")),
+                 stream.select("key", F.col("window_start").cast("long").alias("at")))
+    backfill, stream = _in_range(plan, backfill), _in_range(plan, stream)
     stream = align(backfill, stream, cmp)
     progress(f"{op.name}: reconciling")
     compared, counts = reconcile(backfill, stream, cmp)
@@ -281,7 +285,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         if differs:
             progress(f"{op.name}: attributing causes")
             if windows is None:  # sliding and session windows: what their outputs alone show
-                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _stream_bounds(result, cmp))
+                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _written(plan, positions, ev))
                 if mechanism.applies(op):
                     progress(f"{op.name}: recomputing with the other final mechanism")
                     attributed = _other_mechanism(spark, plan, op, stream, cmp, attributed)
@@ -289,7 +293,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
             else:
                 restart = _restart_evidence(stream, compared, ev, cmp, commits, updates, f"{op.name}")
                 rest = result if coalesced is None else result.where(F.col("_coalesced").isNull())
-                attributed, found = causes_mod.attribute(rest, cmp, op, ev, _stream_bounds(result, cmp), restart)
+                attributed, found = causes_mod.attribute(rest, cmp, op, ev, _written(plan, positions, ev), restart)
                 if coalesced is not None:
                     attributed = attributed.unionByName(coalesced, allowMissingColumns=True)
             for row in attributed.groupBy("cause").count().collect():
@@ -417,9 +421,9 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         T.StructField("ts", T.LongType()), T.StructField("partition", T.IntegerType()),
         T.StructField("offset", T.LongType())])), mapping, where)
     unique = _unique_suite(stream, op.name)
-    backfill = joins.backfill_rows(raw).where(in_range("ts", plan.start, plan.end))
-    rows = joins.reconcile(backfill, joins.stream_rows(stream, vtype, where).where(
-        in_range("ts", plan.start, plan.end))).persist(StorageLevel.MEMORY_AND_DISK)
+    outputs = (joins.backfill_rows(raw), joins.stream_rows(stream, vtype, where))  # before the range cuts them
+    backfill, stream_rows = (df.where(in_range("ts", plan.start, plan.end)) for df in outputs)
+    rows = joins.reconcile(backfill, stream_rows).persist(StorageLevel.MEMORY_AND_DISK)
     attributed = None
     try:
         progress(f"{op.name}: reconciling")
@@ -430,7 +434,7 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
             run = last_run(plan.runs_sink, plan.job.spec.name, plan.start, plan.end)
-            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark, run))
+            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark, run, outputs))
             counts = {c: 0 for c in joins.categories()}
             counts[MATCH] = rows.where(F.col("category") == MATCH).count()
             for r in attributed.groupBy("category", "cause").count().collect():
@@ -571,10 +575,12 @@ def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
     return notes
 
 
-def _stream_bounds(result: DataFrame, cmp: Comparison) -> tuple[int | None, int | None]:
-    row = result.where(F.col("category") != cmp.label("missing")).agg(
-        F.min("window_start").alias("lo"), F.max("window_start").alias("hi")).first()
-    return (row["lo"], row["hi"]) if row is not None else (None, None)
+def _written(plan: Plan, positions: tuple[DataFrame, DataFrame], ev: causes_mod.Evidence) -> bounds.Written:
+    """What shows where the stream's output starts and ends (verify/bounds.py): both outputs' window starts, each
+    key's task (its input partition), and the run's declared range."""
+    mine, theirs = positions
+    return bounds.Written(stream=theirs, backfill=mine, tasks=bounds.tasks_of(ev.records),
+                          declared=(plan.start, plan.end))
 
 
 def _stream_suites(stream: DataFrame, op: OperatorSpec, plan: Plan) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import functools
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from backfill.io.sources import WHERE_TYPE
+from backfill.io.sources import HEADERS_TYPE, WHERE_TYPE
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import tombstones
 
@@ -28,6 +28,7 @@ def forwarded(up: OperatorSpec, output: DataFrame) -> DataFrame:
         F.lit(up.name).alias("source"), F.lit(0).alias("source_rank"), F.lit(up.name).alias("topic"),
         F.col("task").cast("int").alias("partition"), (F.row_number().over(emission) - 1).cast("long").alias("offset"),
         F.col("key"), value_of(up).alias("value"), F.col("ts").cast("long").alias("timestamp"),
+        F.lit(None).cast(HEADERS_TYPE).alias("headers"),
         F.col("ts").cast("long").alias("ts"), F.col("ts").cast("long").alias("_raw_ts"), nothing.alias("_problem"),
         F.lit(None).cast(WHERE_TYPE).alias("_where"), nothing.alias("_drop"), nothing.alias("_fatal"))
 

@@ -67,7 +67,8 @@ def _job(seed: int) -> str:
         "upd_by_start": "aggregate: {input: upd, group_by: \"cast(value.window_start as string)\", "
                         f"aggregations: {{n: count(), keys: {trail % 'cast(key as string)'}}}, emit: updates}}",
         "tj": "join: {left: s, table: u, how: left, value: \"named_struct('v', left.value, 'r', right.value)\"}",
-        "tj_by_r": f"aggregate: {{input: tj, group_by: value.r, window: {{type: tumbling, size: 8ms, grace: {g[2]}ms}}, "
+        "tj_by_r": f"aggregate: {{input: tj, group_by: value.r, window: {{type: tumbling, size: 8ms, "
+                   f"grace: {g[2]}ms}}, "
                    f"aggregations: {{n: count(), vs: {trail % 'value.v'}}}, emit: updates}}",
         "sj": f"join: {{left: s, right: t, how: {how}, window: {{before: {before}ms, after: {after}ms, "
               f"grace: {g[3]}ms}}, value: \"concat(coalesce(left.value, '-'), '+', coalesce(right.value, '-'))\"}}",

@@ -78,7 +78,8 @@ def test_plan_says_which_operator_reads_which(tmp_path):
     text = CliRunner().invoke(app, ["plan", str(job)])
     assert text.exit_code == 0, text.stderr
     assert "topology: a -> (b -> c, d)" in text.stdout
-    assert "operator b: aggregate tumbling size 1m grace 0ms, emit updates over a; tasks = the tasks of a" in text.stdout
+    assert "operator b: aggregate tumbling size 1m grace 0ms, emit updates over a; tasks = the tasks of a" \
+        in text.stdout
     # the source of an operator that others read is read whole (its forwarded rows must be complete)
     ranged = CliRunner().invoke(app, ["plan", str(job), "--json", "--start", "60000", "--end", "120000"])
     plan = json.loads(ranged.stdout)

@@ -252,8 +252,8 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
                                     "forwarded": {**results, **done}[up.name].output.count()}
         chained = _chain_ordered(stage, records, ordered, summary, stored)
         _record_stats(stage, chained, summary)
-        done[op.name] = op.run(_filtered_view(op, chained), _filtered_view(op, chained.where(_ledger_candidates(stage))),
-                               summary.operators[op.name])
+        candidates = chained.where(_ledger_candidates(stage))
+        done[op.name] = op.run(_filtered_view(op, chained), _filtered_view(op, candidates), summary.operators[op.name])
     return done
 
 
@@ -389,7 +389,7 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary)).where(
         F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
-                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators
+                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in _over_sources(plan).operators
                          if op.stream_time_columns()])  # a rules operator has no stream time
 
 

@@ -123,7 +123,9 @@ operators:
       window: {{type: tumbling, size: 5m, grace: 0ms}}
       aggregations:
         n: count()
-        trail: {{fold: {{init: "''", step: "concat(acc, cast(value.window_start as string), ':', cast(value.clicks as string), ' ')"}}}}
+        trail:
+          fold: {{init: "''", step: "concat(acc, cast(value.window_start as string), ':',
+                                         cast(value.clicks as string), ' ')"}}
       emit: updates
 sinks:
   per_minute: {{format: jsonl, path: out/per_minute.jsonl}}

@@ -9,6 +9,9 @@ An identical copy of an offset (docs/semantics.md §7.3) is no record: the order
 operator sees it, so it is in no operator's records in; the run counts it under `duplicates`, and the rows a
 source holds are its `records_read` plus its `duplicates`. Each copy of an offset whose copies differ is a
 record (a `conflicting_offset` ledger row of its source, never an operator's).
+
+A chained operator's records in are the rows its upstream forwarded, counted twice: in the counting pass over
+what it read, and on the upstream's output (docs/semantics.md §18.6).
 """
 from __future__ import annotations
 
@@ -40,3 +43,13 @@ def conservation_rows(late: Mapping[str, int], counts: Mapping[str, OperatorCoun
     return [{"operator": name, "records_in": c.records_in,
              "accounted": c.contributing + sum(c.dropped.values()) + c.filtered,
              "late_ledger_rows": late.get(name, 0), "late_pairs": c.late_pairs} for name, c in counts.items()]
+
+
+def check_chains(chained: Mapping[str, Mapping[str, Any]], counts: Mapping[str, OperatorCounts]) -> None:
+    """A chained operator receives every row its upstream forwarded (docs/semantics.md §18.6): its records in
+    (filtered ones included) equal the rows counted on the upstream's output itself, not on what it read."""
+    for name, chain in chained.items():
+        got = counts[name].records_in
+        if got != chain["forwarded"]:
+            raise PublishError(f"operators.{name}: conservation check failed ({got} records in, {chain['forwarded']} "
+                               f"rows forwarded by operators.{chain['from']}); nothing was published")

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from backfill.errors import SpecError
 from backfill.jobspec.models import SECRET_REF, JobSpec, SecuritySpec
+from backfill.jobspec.topology import topology_problem
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ def load_job(path: str | Path) -> Job:
     except ValidationError as exc:
         errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
         raise SpecError(f"{file}: {describe(errors[0])}") from None
+    problem = topology_problem(spec.operators)  # who reads whom (docs/semantics.md §18)
+    if problem is not None:
+        raise SpecError(f"{file}: {problem}")
     return Job(spec=_catalog_tables(_absolute_security(spec, file.resolve().parent)), path=file.resolve())
 
 

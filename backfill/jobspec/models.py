@@ -506,7 +506,7 @@ class OperatorSpec(Strict):
 
     @property
     def inputs(self) -> list[str]:
-        """Names of the sources this operator reads."""
+        """Names of the sources (or the operator, docs/semantics.md §18) this operator reads."""
         if self.aggregate is not None:
             return [self.aggregate.input]
         if self.rules is not None:
@@ -615,9 +615,10 @@ class JobSpec(Strict):
             raise ValueError(f"@operators: operator name {dupes[0]!r} is used twice; operator names must be unique")
         for i, op in enumerate(self.operators):
             for src in op.inputs:
-                if src not in self.sources:
-                    raise ValueError(f"@operators[{i}].{op.kind}: reads {src!r}, which is not a source; "
-                                     f"sources are: {', '.join(self.sources)}")
+                if src not in self.sources and src not in names:
+                    raise ValueError(f"@operators[{i}].{op.kind}: {op.name!r} reads {src!r}, which is neither a "
+                                     f"source nor an operator; sources are: {', '.join(self.sources)}; operators "
+                                     f"are: {', '.join(names)}")
         allowed = set(names) | {"_ledger", "_runs"}
         if "_runs" in self.sinks and self.sinks["_runs"].format not in ("delta", "jsonl"):
             raise ValueError("@sinks._runs.format: the runs table is a delta table or a .jsonl file")

@@ -1,10 +1,13 @@
 """Part: foundation. Topologies as the job declares them: the filters (`where`) before each operator, which
-operators are table aggregations and stream-table joins (docs/semantics.md §15-§17). Pure: the Spark engine and
-the reference engine share it, as they share rekeys.py.
+operators are table aggregations and stream-table joins, which operator reads another (docs/semantics.md
+§15-§18). Pure: the Spark engine and the reference engine share it, as they share rekeys.py.
 """
 from __future__ import annotations
 
-from backfill.jobspec.models import OperatorSpec
+from collections.abc import Callable
+
+from backfill.jobspec.models import FoldAggregation, OperatorSpec
+from backfill.jobspec.rekeys import rekeys, repartition_count
 
 
 def wheres(op: OperatorSpec) -> dict[str, str]:
@@ -45,3 +48,94 @@ def is_table_join(op: OperatorSpec) -> bool:
 def is_stream_join(op: OperatorSpec) -> bool:
     """A KStream-KStream join (docs/semantics.md §5)."""
     return op.join is not None and op.join.table is None
+
+
+# ---------------------------------------------------------------------------------------------- chains
+def upstream(op: OperatorSpec, operators: list[OperatorSpec]) -> OperatorSpec | None:
+    """The operator whose forwarded stream `op` reads (docs/semantics.md §18), or None: it reads sources."""
+    names = {o.name: o for o in operators}
+    found = [names[i] for i in op.inputs if i in names]
+    return found[0] if found else None
+
+
+def feeders(operators: list[OperatorSpec]) -> set[str]:
+    """The operators another operator reads: each reads every record of its inputs (docs/semantics.md §18.4)."""
+    return {up.name for op in operators if (up := upstream(op, operators)) is not None}
+
+
+def chain_order(operators: list[OperatorSpec]) -> list[OperatorSpec]:
+    """The chained operators (those reading another operator), each after the operator it reads."""
+    chained = [op for op in operators if upstream(op, operators) is not None]
+    return sorted(chained, key=lambda op: depth(op, operators))
+
+
+def depth(op: OperatorSpec, operators: list[OperatorSpec]) -> int:
+    """How many operators lie between `op` and the sources (0: it reads sources); the job has no cycle."""
+    up = upstream(op, operators)
+    return 0 if up is None else 1 + depth(up, operators)
+
+
+def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None:
+    """Why `op` cannot read the operator it names, as `field: what; fix` (None: it can), docs/semantics.md §18.5."""
+    up = upstream(op, operators)
+    if up is None:
+        return None
+    field = f"operators.{op.name}.{op.kind}"
+    if op.aggregate is None:
+        return (f"{field}: reads operator {up.name!r}; only an aggregate may read an operator's output yet (a "
+                "join or rules operator over a chained stream is not supported): read a source, or aggregate it")
+    if up.rules is not None:
+        return f"{field}.input: {up.name!r} is a rules operator, whose alerts are no stream here; read a source"
+    if up.aggregate is not None and up.aggregate.emit == "final":
+        return (f"{field}.input: {up.name!r} emits final windows; reading an emit: final aggregate is not "
+                f"supported yet: set operators.{up.name}.aggregate.emit: updates, or read a source")
+    return None
+
+
+def topology_problem(operators: list[OperatorSpec]) -> str | None:
+    """What is wrong with who reads whom, as one line `field: what; fix` (None: nothing): a cycle, or a chain
+    that is not supported (docs/semantics.md §18.5)."""
+    loop = cycle(operators)
+    if loop is not None:
+        return (f"operators.{loop[0]}: the operators read each other in a cycle ({' -> '.join(loop)}); an input "
+                "must be a source or an operator closer to the sources")
+    return next((p for op in operators if (p := chain_problem(op, operators)) is not None), None)
+
+
+def cycle(operators: list[OperatorSpec]) -> list[str] | None:
+    """The names of a cycle of operators reading each other (input -> ... -> input), or None."""
+    names = {o.name: o for o in operators}
+    for op in operators:
+        path = [op.name]
+        current = op
+        while (up := next((names[i] for i in current.inputs if i in names), None)) is not None:
+            if up.name in path:
+                return path[path.index(up.name):] + [up.name]
+            path.append(up.name)
+            current = up
+    return None
+
+
+def task_count(op: OperatorSpec, operators: list[OperatorSpec], count: Callable[[str], int]) -> int:
+    """How many tasks `op` has, `count(source)` giving a source's partition count: its repartition topics'
+    count when it re-keys (docs/semantics.md §13), else its first input's (a source, or the operator it reads:
+    a chained stream stays in the task that forwarded it, §18.1)."""
+    if rekeys(op):
+        return repartition_count(op, lambda name: _input_count(name, operators, count))
+    return _input_count(op.inputs[0], operators, count)
+
+
+def _input_count(name: str, operators: list[OperatorSpec], count: Callable[[str], int]) -> int:
+    up = next((o for o in operators if o.name == name), None)
+    return count(name) if up is None else task_count(up, operators, count)
+
+
+def tombstones(up: OperatorSpec) -> bool:
+    """Whether an aggregate's row with every aggregation null is a tombstone, read downstream as a null value
+    (docs/semantics.md §18.2): a session merged away, or a table whose only aggregation is a fold (§11, §16.3)."""
+    spec = up.aggregate
+    if spec is None:
+        return False
+    if spec.window is not None:
+        return spec.window.type == "session"
+    return len(spec.aggregations) == 1 and isinstance(next(iter(spec.aggregations.values())), FoldAggregation)

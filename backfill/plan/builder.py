@@ -5,6 +5,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.rekeys import subtopologies
+from backfill.jobspec.topology import feeders
 from backfill.ops.base import Operator
 from backfill.ops.filters import check_static
 from backfill.ops.registry import operator_for
@@ -77,6 +78,8 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
                  start: int | None, end: int | None) -> SourcePlan:
     spec = job.spec.sources[name]
     readers = [op for op in operators if name in op.inputs]
+    feeding = feeders(job.spec.operators)  # what a chained operator reads is complete (docs/semantics.md §18.4)
+    everything = any(op.reads_all or op.name in feeding for op in readers)
     closes = [op.close_time for op in readers if op.close_time is not None]
     ts = "record timestamp" if spec.timestamp.extractor == "record" else f"value field {spec.timestamp.field}"
     location = job.resolve(spec.path) if spec.path else f"kafka {spec.kafka.topic if spec.kafka else ''}"
@@ -85,8 +88,8 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
                       order=f"recorded order ({spec.order_by})" if spec.order_by else _flow_control(job, name),
                       spec=spec,
                       read_from=start - max(op.warmup_ms for op in readers)
-                      if readers and start is not None and not any(op.reads_all for op in readers) else None,
+                      if readers and start is not None and not everything else None,
                       # an operator without a close time (joins, sessions) reads everything after --end
                       read_until=max(closes) if end is not None and readers and len(closes) == len(readers)
-                      and not any(op.reads_all for op in readers) else None,
-                      reads_all=any(op.reads_all for op in readers))
+                      and not everything else None,
+                      reads_all=everything)

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 
 from backfill import __version__
 from backfill.columns import check_declared
-from backfill.checks.conservation import check_conservation, conservation_rows
+from backfill.checks.conservation import check_chains, check_conservation, conservation_rows
 from backfill.checks.expectations import PublishChecks, warm_up
 from backfill.errors import NotImplementedYet, SourceError, SpecError
 from backfill.io.publish import complete_pending, publish
@@ -40,7 +40,8 @@ from backfill.plan.definition import Plan
 from backfill.plan.fused import fusable
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops import filters
-from backfill.jobspec.topology import wheres
+from backfill.jobspec.topology import chain_order, task_count, upstream, wheres
+from backfill.ops.chained import forwarded
 from backfill.session import release, together
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -61,6 +62,8 @@ class RunSummary:
     beyond_range: dict[str, int] = field(default_factory=dict)
     # re-keyed operators' repartition topics (ops/repartition.py): records written, partitions, the key
     repartitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # chained operators (docs/semantics.md §18): the operator each reads and the forwarded rows it read
+    chained: dict[str, dict[str, Any]] = field(default_factory=dict)
     source_drops: dict[str, dict[str, int]] = field(default_factory=dict)
     # one record per offset (plan/offsets.py): identical copies read once, per source and partition; the gaps
     # (offsets missing inside a partition) with their first ranges; sources whose gaps a run cannot tell
@@ -135,11 +138,11 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     headers = any(r is None or "headers" in r for r in reads)
     fields = value_fields(plan)
     records = _narrowed(_read_all(plan, spark, summary, fields, headers), fields)
-    for op in plan.operators:  # every `where` is a boolean over these records (docs/semantics.md §15)
+    for op in _over_sources(plan).operators:  # every `where` is a boolean over these records (§15)
         if op.spec is not None:
             filters.check_types(op.spec, records, str(plan.job.path))
     progress("ordering records per task")
-    rekeyed = any(op.spec is not None and rekeys(op.spec) for op in plan.operators)
+    rekeyed = any(op.spec is not None and rekeys(op.spec) for op in _over_sources(plan).operators)
     if not rekeyed:  # what no step reads is not shuffled nor sorted (a re-key's key may read any column)
         records = records.select(*_kept_columns(plan, records.columns))
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
@@ -167,8 +170,10 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     """The records in each task's processing order, with every operator's stream-time columns.
 
     A re-keyed operator (`group_by`) reads its repartition topic instead: its records are derived from the
-    upstream tasks' order (ops/repartition.py), then ordered per downstream task; both are one frame.
+    upstream tasks' order (ops/repartition.py), then ordered per downstream task; both are one frame. Chained
+    operators (docs/semantics.md §18) are no part of it: they read what their upstream forwarded, later.
     """
+    plan = _over_sources(plan)
     rekeyed = [op for op in plan.operators if op.spec is not None and rekeys(op.spec)]
     stream_times = {name: _filtered_view(op, col) for op in plan.operators if op not in rekeyed
                     for name, col in op.stream_time_columns().items()}
@@ -187,11 +192,13 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
 
 
 def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekeyed: list[Operator],
-                       summary: RunSummary, stored: list[DataFrame]) -> DataFrame:
+                       summary: RunSummary, stored: list[DataFrame], counts: dict[str, int] | None = None
+                       ) -> DataFrame:
     """The ordered records plus each re-keyed operator's repartition topics (and, for a join, the input it
-    reads as it is), ordered per downstream task."""
+    reads as it is), ordered per downstream task; `counts`: partition counts of derived inputs (§18.3)."""
     declared = {s.name: (s.spec.partitions if s.spec is not None else None)
                 or summary.inputs.get(s.name, {}).get("partitions") for s in plan.sources}
+    declared.update(counts or {})
     needed = {src for op in rekeyed if op.spec is not None for src in op.spec.inputs}
     unknown = {src for src in needed if not declared.get(src)}
     observed = {r["source"]: r["n"] + 1 for r in records.where(F.col("source").isin(*unknown))
@@ -221,6 +228,69 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
     return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
 
+def _over_sources(plan: Plan) -> Plan:
+    """The plan of the operators that read sources (all but the chained ones, docs/semantics.md §18)."""
+    specs = plan.job.spec.operators
+    return dataclasses.replace(plan, operators=tuple(op for op in plan.operators
+                                                     if op.spec is None or upstream(op.spec, specs) is None))
+
+
+def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResult], summary: RunSummary,
+                 stored: list[DataFrame]) -> dict[str, OperatorResult]:
+    """Each chained operator over the rows the operator it reads forwarded (ops/chained.py), after it: ordered
+    per task (re-keyed: through its repartition topic), counted and run as one plan of its own."""
+    specs = plan.job.spec.operators
+    done: dict[str, OperatorResult] = {}
+    for spec in chain_order(specs):
+        op = next(o for o in plan.operators if o.name == spec.name)
+        up = upstream(spec, specs)
+        assert up is not None
+        records = forwarded(up, {**results, **done}[up.name].output)
+        filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
+        stage = dataclasses.replace(plan, sources=(), operators=(op,))
+        summary.chained[op.name] = {"from": up.name, "records": 0,
+                                    "forwarded": {**results, **done}[up.name].output.count()}
+        chained = _chain_ordered(stage, records, ordered, summary, stored)
+        _record_stats(stage, chained, summary)
+        candidates = chained.where(_ledger_candidates(stage))
+        done[op.name] = op.run(_filtered_view(op, chained), _filtered_view(op, candidates), summary.operators[op.name])
+    return done
+
+
+def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary: RunSummary,
+                   stored: list[DataFrame]) -> DataFrame:
+    """A chained operator's forwarded records in each task's order (one queue: the upstream's task), or its
+    repartition topic's when it re-keys (§18.3: the derived stream's partition time stands for the upstream's)."""
+    (op,) = stage.operators
+    assert op.spec is not None
+    if not rekeys(op.spec):
+        times = {name: _filtered_view(op, col) for name, col in op.stream_time_columns().items()}
+        chained = order_records(records, times, single_queue=True)
+    else:
+        upstream_order = order_records(records, {}, single_queue=True)
+        counts = _input_counts(stage, ordered, summary)
+        chained = _with_repartitions(stage, records, upstream_order, [op], summary, stored, counts)
+    chained = chained.localCheckpoint(eager=False)
+    stored.append(chained)
+    check_declared(chained)
+    return chained
+
+
+def _input_counts(stage: Plan, ordered: DataFrame, summary: RunSummary) -> dict[str, int]:
+    """The chained operator's input's partition count: its upstream's tasks (docs/semantics.md §18.3), from the
+    sources' partition counts (declared, else the largest partition + 1) and repartition topics."""
+    specs = stage.job.spec.operators
+    (op,) = stage.operators
+    assert op.spec is not None
+    declared = {name: spec.partitions or summary.inputs.get(name, {}).get("partitions")
+                for name, spec in stage.job.spec.sources.items()}
+    observed = {r["source"]: r["n"] + 1 for r in ordered.groupBy("source").agg(F.max("partition").alias("n"))
+                .collect()}
+    up = upstream(op.spec, specs)
+    assert up is not None
+    return {up.name: task_count(up, specs, lambda name: declared.get(name) or max(observed.get(name, 0), 1))}
+
+
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
                    progress: Progress, started: float, intervals: Intervals | None = None,
                    stored: list[DataFrame] | None = None, one: WindowAggregate | None = None,
@@ -244,14 +314,16 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
             offsets.report(plan, [dropped, *beyond], summary)
     else:
         progress("checking records")
-        if offsets.found(_record_stats(plan, ordered, summary)):
+        first = _over_sources(plan)
+        if offsets.found(_record_stats(first, ordered, summary)):
             offsets.report(plan, [ordered], summary)
         processed = _cut_cooldown(plan, ordered)
         progress("aggregating")
         # every record that can give a ledger row, found in one scan (a few percent of the records)
-        dropped = processed.where(_ledger_candidates(plan)).persist(StorageLevel.MEMORY_AND_DISK)
+        dropped = processed.where(_ledger_candidates(first)).persist(StorageLevel.MEMORY_AND_DISK)
         results = {op.name: op.run(_filtered_view(op, processed), _filtered_view(op, dropped),
-                                   summary.operators[op.name]) for op in plan.operators}
+                                   summary.operators[op.name]) for op in first.operators}
+        results.update(_run_chained(plan, ordered, results, summary, stored if stored is not None else []))
     # the ledger is small (late records only) and read three times: count, check, write
     ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -317,7 +389,7 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
     kept = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary)).where(
         F.col("_drop").isNull())
     return kept.select("task", "seq", "source", "partition", "offset", "key", "ts",
-                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in plan.operators
+                       *[F.col(op.stream_time).alias(f"stream_time_{op.name}") for op in _over_sources(plan).operators
                          if op.stream_time_columns()])  # a rules operator has no stream time
 
 
@@ -509,9 +581,15 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     _check_copartitioning(plan, rows, {name: int(i["partitions"]) for name, i in summary.inputs.items()
                                        if i.get("partitions")})
     offsets.fail_on_conflicts(plan, rows, ordered)  # a source of several topics has no offsets of its own
+    specs = plan.job.spec.operators
+    reads = {up.name: op.name for op in plan.operators if op.spec is not None
+             and (up := upstream(op.spec, specs)) is not None}
     for r in rows:
         src = r["source"]
         if src in copies:  # a join input copied into a re-keyed join's tasks: counted as its source
+            continue
+        if src in reads:  # an operator's forwarded rows (docs/semantics.md §18): counted as its output
+            summary.chained[reads[src]]["records"] += r["n"]
             continue
         if src in summary.repartitions:  # a derived topic: its records are counted by their source already
             topic = summary.repartitions[src]
@@ -649,7 +727,9 @@ def _check_ledger(plan: Plan, ledger: DataFrame, summary: RunSummary) -> dict[st
         totals[(r["operator"], r["reason"])] = totals.get((r["operator"], r["reason"]), 0) + r["count"]
     for (_, reason), n in totals.items():
         summary.ledger[reason] = summary.ledger.get(reason, 0) + n
-    return check_conservation(plan.operators, summary.operators, totals)
+    late = check_conservation(plan.operators, summary.operators, totals)
+    check_chains(summary.chained, summary.operators)
+    return late
 
 
 def _stage(plan: Plan, spark: SparkSession, results: dict[str, OperatorResult], ledger: DataFrame,

@@ -5,6 +5,7 @@ import datetime as dt
 from typing import Any
 
 from backfill.jobspec.rekeys import copied, rekeys
+from backfill.jobspec.topology import upstream
 from backfill.plan.definition import Plan
 
 
@@ -20,7 +21,29 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return {"job": plan.job.spec.name, "file": str(plan.job.path), "kafka_streams": plan.kafka_streams,
             "start": plan.start, "end": plan.end,
             "sources": [s.describe() for s in plan.sources], "operators": [o.describe() for o in plan.operators],
-            "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes)}
+            "ledger": plan.ledger_sink, "runs": plan.runs_sink, "notes": list(plan.notes), "chains": chains(plan)}
+
+
+def chains(plan: Plan) -> dict[str, str]:
+    """Each chained operator -> the operator whose forwarded rows it reads (docs/semantics.md §18)."""
+    specs = plan.job.spec.operators
+    return {op.name: up.name for op in specs if (up := upstream(op, specs)) is not None}
+
+
+def _topology(plan: Plan) -> list[str]:
+    """One line per operator over sources that others read: the chain, each reader after what it reads."""
+    reads = chains(plan)
+
+    def chain(name: str) -> str:
+        after = [c for c, up in reads.items() if up == name]
+        if not after:
+            return name
+        shown = [chain(c) for c in after]
+        return f"{name} -> {shown[0] if len(shown) == 1 else '(' + ', '.join(shown) + ')'}"
+
+    heads = [o.name for o in plan.operators if o.name not in reads and o.name in reads.values()]
+    return [f"topology: {chain(h)} (each reads the rows the one before forwards, in the task that forwarded them; "
+            "docs/semantics.md §18)" for h in heads]
 
 
 def _range_column(plan: Plan) -> str:
@@ -53,11 +76,14 @@ def explain(plan: Plan) -> str:
                                                          s.spec.order_by else "the record timestamp")
         lines.append(f"source {s.name}: {s.format} {s.location}; timestamp = {s.timestamp} "
                      f"(invalid: {s.on_invalid}); order = {order}{bounds}")
+    lines.extend(_topology(plan))
     for o in plan.operators:
         state = "" if o.implemented else f"  [NOT IMPLEMENTED: {o.not_implemented_reason}]"
         topics = [r.topic for r in rekeys(o.spec)] + [src for src, _ in copied(o.spec)] if o.spec is not None else []
         tasks = "per state key" if o.kind == "rules" else \
-            f"tasks = partitions of {' and '.join(topics)}" if topics else "tasks = input partitions"
+            f"tasks = partitions of {' and '.join(topics)}" if topics else \
+            f"tasks = the tasks of {chains(plan)[o.name]} (its forwarded rows)" if o.name in chains(plan) else \
+            "tasks = input partitions"
         lines.append(f"operator {o.name}: {o.kind} {o.window}, emit {o.emit} over {', '.join(o.inputs)}; {tasks}"
                      + f" -> {o.sink or '(no sink: counted only)'}{state}")
         lines.extend(f"  {why}" for why in o.why)

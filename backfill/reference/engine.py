@@ -20,8 +20,10 @@ from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopologies
+from backfill.jobspec.topology import chain_order, task_count, upstream
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.filters import Filters
+from backfill.reference.chains import forwarded
 from backfill.reference.flinkrules import run_rules
 from backfill.reference import offsets
 from backfill.reference.join import StreamJoin
@@ -276,6 +278,8 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
         _run_task(job, task, queues_by_task[task], result, repartitions)
     for name, routes in repartitions.items():  # the downstream tasks, each reading its partitions
         _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
+    for op in chain_order(job.spec.operators):  # each after the operator it reads (docs/semantics.md §18)
+        _run_chained(job, op, result, partitions)
     _apply_range(job, result)
     result.duration_s = time.time() - started
     return result
@@ -322,7 +326,7 @@ def _routes(job: Job, partitions: dict[str, int]) -> dict[str, dict[str, Reparti
     routes: dict[str, dict[str, Repartition | AsIs]] = {}
     for op in job.spec.operators:
         topics = rekeys(op, rules.join_null_keys_reach_join)
-        if not topics:
+        if not topics or upstream(op, job.spec.operators) is not None:  # a chained re-key: _run_chained
             continue
         n = repartition_count(op, lambda source: partitions.get(source) or 1)
         routes[op.name] = {r.input: Repartition(r, n, ranks[r.input]) for r in topics}
@@ -335,7 +339,8 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank).
     A re-keyed operator's records go to its repartition topic instead (12)."""
     rules = versions.profile(job.spec.kafka_streams)
-    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators if op.name not in repartitions}
+    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators
+           if op.name not in repartitions and upstream(op, job.spec.operators) is None}
     seq = 0
     order = result.order.setdefault(task, [])
     groups = subtopologies(job.spec.operators, list(job.spec.sources))
@@ -343,7 +348,7 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
                                   group=lambda q: groups.get(q.source, 0)):
         seq += 1
         for op in job.spec.operators:
-            if queue.source not in op.inputs:
+            if queue.source not in op.inputs or upstream(op, job.spec.operators) is not None:
                 continue
             if result.filters is not None and not result.filters.passes(op.name, queue.source, rec):
                 continue  # KStream#filter: it never reaches the operator (docs/semantics.md §15)
@@ -357,6 +362,34 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
                          for name, agg in ops.items()}})
     for agg in ops.values():
         agg.finish()
+
+
+def _run_chained(job: Job, op: OperatorSpec, result: ReferenceResult, partitions: dict[str, int]) -> None:
+    """An operator over another operator's forwarded rows (docs/semantics.md §18): in the task that forwarded
+    them, in their order; a re-key writes them to its repartition topic from that task, the derived stream's own
+    partition time standing for the upstream's (§18.3)."""
+    up = upstream(op, job.spec.operators)
+    assert up is not None
+    streams = forwarded(up, result.outputs[up.name])
+    rules = versions.profile(job.spec.kafka_streams)
+    topics = rekeys(op, rules.join_null_keys_reach_join)
+    if not topics:
+        for task, records in streams.items():
+            processor = _processor(op, task, result, rules)
+            for seq, rec in enumerate(records, 1):  # a filtered row keeps its place in the task's order
+                if result.filters is None or result.filters.passes(op.name, up.name, rec):
+                    processor.process(rec, seq)
+            processor.finish()
+        return
+    n = task_count(op, job.spec.operators, lambda source: partitions.get(source) or 1)
+    topic = Repartition(topics[0], n, 0)
+    for records in streams.values():
+        partition_time = -1
+        for rec in records:
+            partition_time = max(partition_time, rec["ts"])
+            if result.filters is None or result.filters.passes(op.name, up.name, rec):
+                _rekey(op, topic, rec, partition_time, result)
+    _run_downstream(job, op, [topic], result)
 
 
 def _rekey(op: OperatorSpec, topic: Repartition | AsIs, rec: dict[str, Any], partition_time: int,

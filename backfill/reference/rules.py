@@ -14,7 +14,7 @@ from backfill.errors import NotImplementedYet, OrderingError
 from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
-from backfill.jobspec.topology import is_table_aggregate, is_table_join
+from backfill.jobspec.topology import feeders, is_table_aggregate, is_table_join
 
 DAY_MS = 24 * 3600 * 1000
 JAVA_MAX = 2**63 - 1
@@ -131,7 +131,8 @@ def read_bounds(job: Job, start: int | None, end: int | None) -> dict[str, tuple
             bounds[name] = (None, None)
             continue
         warmups, closes = [], []
-        if any(is_table_aggregate(op) or is_table_join(op) for op in readers):  # a table holds all history
+        feeding = feeders(job.spec.operators)  # a chained operator reads everything its upstream forwards (§18.4)
+        if any(is_table_aggregate(op) or is_table_join(op) or op.name in feeding for op in readers):
             bounds[name] = (None, None)
             continue
         for op in readers:

@@ -1,0 +1,47 @@
+"""Part: operators. Chains (docs/semantics.md §18): the rows an operator forwarded, as the records of a derived
+source named after it, which the operators that read it run over (jobspec/topology.py says who reads whom).
+
+Kafka Streams forwards depth-first: each row goes through the downstream processor right after the upstream
+record that produced it, in the same task, so the downstream sees the upstream's emission order per task (its
+`emit_seq`) and keeps its own stream time over what reaches it. A derived record therefore has `partition` =
+the upstream's task, `offset` = its place in that task's emission order, `ts` and `timestamp` = the row's
+output timestamp; it is ordered per task like a one-queue source and, re-keyed, written to a repartition topic
+as a source's record is (ops/repartition.py).
+"""
+from __future__ import annotations
+
+import functools
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from backfill.io.sources import HEADERS_TYPE, WHERE_TYPE
+from backfill.jobspec.models import OperatorSpec
+from backfill.jobspec.topology import tombstones
+
+
+def forwarded(up: OperatorSpec, output: DataFrame) -> DataFrame:
+    """The rows `up` forwarded (all of them: a chain reads everything, §18.4) as records of source `up.name`."""
+    emission = Window.partitionBy("task").orderBy("emit_seq")
+    nothing = F.lit(None).cast("string")
+    return output.select(
+        F.lit(up.name).alias("source"), F.lit(0).alias("source_rank"), F.lit(up.name).alias("topic"),
+        F.col("task").cast("int").alias("partition"), (F.row_number().over(emission) - 1).cast("long").alias("offset"),
+        F.col("key"), value_of(up).alias("value"), F.col("ts").cast("long").alias("timestamp"),
+        F.lit(None).cast(HEADERS_TYPE).alias("headers"),
+        F.col("ts").cast("long").alias("ts"), F.col("ts").cast("long").alias("_raw_ts"), nothing.alias("_problem"),
+        F.lit(None).cast(WHERE_TYPE).alias("_where"), nothing.alias("_drop"), nothing.alias("_fatal"))
+
+
+def value_of(up: OperatorSpec) -> Column:
+    """What the downstream reads as `value` (§18.2): a join's result as it is; an aggregate's window bounds and
+    aggregation columns (`value.<name>`), null for a tombstone (a session merged away, a fold that deleted its key)."""
+    if up.aggregate is None:
+        return F.col("value")
+    names = list(up.aggregate.aggregations)
+    bounds = ["window_start", "window_end"] if up.aggregate.window is not None else []
+    value = F.struct(*[F.col(c) for c in bounds + names])
+    if not tombstones(up):
+        return value
+    return F.when(functools.reduce(lambda a, b: a & b, [F.col(n).isNull() for n in names]), F.lit(None)) \
+        .otherwise(value)

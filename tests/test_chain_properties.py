@@ -22,11 +22,12 @@ from tests.golden.harness import run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 # no shrinking: one Spark run per example (about 80 s here); a failure prints its seed, to be kept as a golden
-# test. 15 fixed examples in 5 batches (each test stays under the suite's 900 s timeout); CHAIN_EXAMPLES=N
-# searches N fresh random examples per batch instead
+# test. 4 fixed examples in 2 batches in CI (each with 12-24 scenarios through 11 operators; each test stays
+# under the suite's 900 s timeout; 15 in 5 batches passed when the chains came in); CHAIN_EXAMPLES=N searches
+# N fresh random examples per batch instead
 _DEEP = int(os.environ.get("CHAIN_EXAMPLES", "0"))
-BATCHES = 5
-SETTINGS = settings(max_examples=_DEEP or 3, deadline=None, phases=[Phase.explicit, Phase.generate],
+BATCHES = 2
+SETTINGS = settings(max_examples=_DEEP or 2, deadline=None, phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 PARTITIONS = 24
 STEPS = [0, 0, 1, 1, 2, 3, 5, -2, -6, 15]

@@ -502,6 +502,18 @@ def quiet_python_logs() -> None:
             logging.getLogger(name).disabled = True
 
 
+def shallow(frame: DataFrame, held: list[DataFrame]) -> DataFrame:
+    """Over Spark Connect, `frame` stored once (a local checkpoint, appended to `held` for the caller to release):
+    the client encodes a plan as nested protobuf messages, which may not nest deeper than 100, and a plan built
+    from many steps goes past that; a plan built on the stored frame starts from one level. A classic session's
+    frame is returned as it is."""
+    if not is_connect(frame.sparkSession):
+        return frame
+    stored = frame.localCheckpoint(eager=True)
+    held.append(stored)
+    return stored
+
+
 def release(checkpointed: DataFrame) -> None:
     """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise). Over Spark
     Connect the server frees them when the client drops the DataFrame, or with the session."""

@@ -172,3 +172,19 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
     for name in JOIN_FILES:
         found = _jsonl_rows(connect_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")
         assert found and found == _jsonl_rows(local_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")
+
+
+def test_an_idle_engine_ends_itself(tmp_path: Path) -> None:
+    """A second engine, of its own folder: after its idle timeout without a client, its supervisor ends it."""
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BACKFILL_SERVER_DIR": str(tmp_path), "COLUMNS": "200"}
+    started = cli(["server", "start", "--port", str(free_port()), "--idle-timeout", "5s"], env, timeout=300)
+    assert started.returncode == 0, started.stderr[-2000:]
+    pid = json.loads((tmp_path / "server.json").read_text())["pid"]
+    deadline = time.monotonic() + 90
+    while cli(["server", "status"], env).stdout.startswith("resident engine: ready") and time.monotonic() < deadline:
+        time.sleep(3)
+    assert cli(["server", "status"], env).stdout.startswith("resident engine: not running")
+    assert "resident engine ended: idle for 5s" in (tmp_path / "server.log").read_text()
+    assert not Path(f"/proc/{pid}").exists()  # the JVM is gone too

@@ -446,6 +446,53 @@ def setup_jars(as_json: JsonOpt = False) -> None:
             out.print(f"{len(found)} jars in {Path(found[0]).parent if found else '-'}", highlight=False)
 
 
+server_app = typer.Typer(help="The resident engine: a Spark Connect server on 127.0.0.1 with backfill's jars, kept warm "
+                                "between commands (they use it while it runs, and say so).", no_args_is_help=True)
+app.add_typer(server_app, name="server")
+
+
+@server_app.command("start")
+def server_start(port: Annotated[int, typer.Option("--port", help="The port on 127.0.0.1.")] = 15002,
+                 idle_timeout: Annotated[str, typer.Option(
+                     "--idle-timeout", help="End the server after this long without a command (e.g. 30m, 2h).")] = "30m",
+                 profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
+    """Start the resident engine and wait until it answers (a second start says it runs already)."""
+    from backfill import server
+
+    with handled():
+        state = server.start(port, idle_timeout, profile, say=lambda line: err.print(f"[dim]{line}[/]", highlight=False))
+        if as_json:
+            print(json.dumps(state, indent=2))
+        elif state["already"]:
+            out.print(f"already running: {server.line(state)}", highlight=False, soft_wrap=True)
+        else:
+            out.print(server.line(state), highlight=False, soft_wrap=True)
+
+
+@server_app.command("status")
+def server_status(as_json: JsonOpt = False) -> None:
+    """Print the resident engine's state in one line (running or not)."""
+    from backfill import server
+
+    with handled():
+        state = server.status()
+        if as_json:
+            print(json.dumps(state, indent=2))
+        else:
+            out.print(server.line(state), highlight=False, soft_wrap=True)
+
+
+@server_app.command("stop")
+def server_stop() -> None:
+    """End the resident engine (its JVM, its supervisor)."""
+    from backfill import server
+
+    with handled():
+        state = server.stop(say=lambda line: err.print(line, highlight=False))
+        out.print(f"resident engine: stopped (was {state['url']}, pid {state['pid']})" if state else
+                  "resident engine: not running", highlight=False, soft_wrap=True)
+
+
 AgainstOpt = Annotated[Optional[list[str]], typer.Option(
     "--against", help="OPERATOR=TABLE_OR_PATH: the streaming output of an operator (Delta, parquet or jsonl; "
     "path@version for a Delta version; kafka://HOST:PORT/TOPIC for its output topic). Repeat for several "

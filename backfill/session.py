@@ -171,14 +171,22 @@ def remote_url(profile: str | None = None, say: Callable[[str], None] | None = N
         return url
     if os.environ.get("BACKFILL_SERVER", "1").strip() in ("", "0"):
         return None
-    from backfill.resources import resident_server
+    from backfill.resources import resident_server, server_dir
 
     found = resident_server()
     if found is None or found.get("profile") != profile_name(profile):
         return None
+    _touch(server_dir() / "server.used")  # a command counts as activity for the engine's idle timeout
     (say or notice)(f"using the resident engine at {found['url']} (`backfill server stop` ends it; "
                     "BACKFILL_SERVER=0 starts a session of its own)")
     return str(found["url"])
+
+
+def _touch(file: Path) -> None:
+    try:
+        file.touch()
+    except OSError:  # another user's folder: the engine's connections still count
+        pass
 
 
 def connect(url: str, conf: dict[str, Any]) -> Any:
@@ -494,6 +502,18 @@ def quiet_python_logs() -> None:
             logging.getLogger(name).disabled = True
 
 
+def shallow(frame: DataFrame, held: list[DataFrame]) -> DataFrame:
+    """Over Spark Connect, `frame` stored once (a local checkpoint, appended to `held` for the caller to release):
+    the client encodes a plan as nested protobuf messages, which may not nest deeper than 100, and a plan built
+    from many steps goes past that; a plan built on the stored frame starts from one level. A classic session's
+    frame is returned as it is."""
+    if not is_connect(frame.sparkSession):
+        return frame
+    stored = frame.localCheckpoint(eager=True)
+    held.append(stored)
+    return stored
+
+
 def release(checkpointed: DataFrame) -> None:
     """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise). Over Spark
     Connect the server frees them when the client drops the DataFrame, or with the session."""
@@ -557,6 +577,8 @@ def catalog_table(name: str) -> tuple[str, bool]:
     (`spark.sql.catalogImplementation`: `hive` for a metastore, else Spark's in-memory catalog). A table that does
     not exist yet is placed where the catalog would create it (its warehouse)."""
     spark = get_spark()
+    if is_connect(spark):
+        return _catalog_table_connect(spark, name)
     jvm = spark._jvm
     parts = name.split(".")
     catalog = jvm.scala.Some(parts[0]) if len(parts) == 3 else jvm.scala.Option.empty()
@@ -568,4 +590,23 @@ def catalog_table(name: str) -> tuple[str, bool]:
     exists = bool(sessions.tableExists(ident))
     location = str(sessions.getTableMetadata(ident).location().toString() if exists else
                    sessions.defaultTablePath(ident).toString())
+    return (location[len("file:"):] if location.startswith("file:") else location), exists
+
+
+def _catalog_table_connect(spark: Any, name: str) -> tuple[str, bool]:
+    """catalog_table over Spark Connect (no JVM gateway): the catalog API and DESCRIBE TABLE EXTENDED; a table not
+    created yet goes where Spark's session catalog puts one (`<warehouse>/<db>.db/<table>`, default: no `.db`)."""
+    parts = name.split(".")
+    database = ".".join(parts[:-1])
+    if not spark.catalog.databaseExists(database):
+        raise SpecError(f"table {name}: the catalog has no database {parts[-2]} (CREATE DATABASE {parts[-2]}, or "
+                        "check spark.sql.catalogImplementation and the metastore settings)")
+    exists = bool(spark.catalog.tableExists(name))
+    if exists:
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+        location = next((str(r["data_type"]) for r in rows if r["col_name"] == "Location"), "")
+    else:
+        warehouse = str(spark.conf.get("spark.sql.warehouse.dir")).rstrip("/")
+        folder = warehouse if parts[-2] == "default" else f"{warehouse}/{parts[-2]}.db"
+        location = f"{folder}/{parts[-1]}"
     return (location[len("file:"):] if location.startswith("file:") else location), exists

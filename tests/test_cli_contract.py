@@ -179,3 +179,19 @@ def test_plan_starts_no_jvm_and_imports_neither_pandas_nor_great_expectations():
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[] False"
+
+
+def test_server_start_refuses_a_bad_idle_timeout_and_a_busy_port(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("BACKFILL_SERVER_DIR", str(tmp_path / "server"))
+    _one_line_error(CliRunner().invoke(app, ["server", "start", "--idle-timeout", "soon"]),
+                    "--idle-timeout 'soon' is not a duration", "30m")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        _one_line_error(CliRunner().invoke(app, ["server", "start", "--port", str(port)]),
+                        f"--port {port}: 127.0.0.1:{port} is in use", "--port")
+    status = CliRunner().invoke(app, ["server", "status"])
+    assert status.exit_code == 0 and status.stdout.startswith("resident engine: not running")

@@ -34,6 +34,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.io.registry import WriterSchema, fetch_schemas, shown_url
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import Encoded
+from backfill.session import is_connect
 
 HEADER = 5
 CORRUPT = "_corrupt_record"
@@ -107,6 +108,22 @@ def _text(job: Job, path: str, where: str) -> str:
 def _from_avro(df: DataFrame, data: Column, writer: str, reader: str, where: str) -> Column:
     from pyspark.sql.avro.functions import from_avro
 
+    if is_connect(df.sparkSession):
+        _check_avro_here(writer, reader, where)
+    else:
+        _check_avro_jvm(df, writer, reader, where)
+    doc = json.loads(reader)
+    if not (isinstance(doc, dict) and doc.get("type") == "record"):
+        return from_avro(data, writer, {"mode": "PERMISSIVE", "avroSchema": reader})  # a failure reads as null
+    # PERMISSIVE reads a record that fails as a struct of nulls, like a record of null fields: a field the
+    # writer never has, with a default, tells them apart (every record that decodes has it true)
+    marked = {**doc, "fields": [*doc["fields"], {"name": DECODED, "type": "boolean", "default": True}]}
+    out = from_avro(data, writer, {"mode": "PERMISSIVE", "avroSchema": json.dumps(marked)})
+    return F.when(out[DECODED], F.struct(*[out[f["name"]].alias(f["name"]) for f in doc["fields"]]))
+
+
+def _check_avro_jvm(df: DataFrame, writer: str, reader: str, where: str) -> None:
+    """Parse both schemas and check Avro's resolution rules with Avro's own classes (through the JVM gateway)."""
     jvm = df.sparkSession._jvm
     parsed = {}
     for name, text in (("writer", writer), ("reader", reader)):
@@ -119,14 +136,27 @@ def _from_avro(df: DataFrame, data: Column, writer: str, reader: str, where: str
         shown = "; ".join(str(i.getMessage()) for i in result.getResult().getIncompatibilities())[:200]
         raise SpecError(f"{where}: the reader schema cannot read this writer schema by Avro's resolution rules "
                         f"({shown}); give a reader_schema whose added fields have defaults")
-    doc = json.loads(reader)
-    if not (isinstance(doc, dict) and doc.get("type") == "record"):
-        return from_avro(data, writer, {"mode": "PERMISSIVE", "avroSchema": reader})  # a failure reads as null
-    # PERMISSIVE reads a record that fails as a struct of nulls, like a record of null fields: a field the
-    # writer never has, with a default, tells them apart (every record that decodes has it true)
-    marked = {**doc, "fields": [*doc["fields"], {"name": DECODED, "type": "boolean", "default": True}]}
-    out = from_avro(data, writer, {"mode": "PERMISSIVE", "avroSchema": json.dumps(marked)})
-    return F.when(out[DECODED], F.struct(*[out[f["name"]].alias(f["name"]) for f in doc["fields"]]))
+
+
+def _check_avro_here(writer: str, reader: str, where: str) -> None:
+    """Over Spark Connect (no JVM gateway): parse both schemas with fastavro, and check the resolution rule a
+    reader schema breaks most (a field the writer lacks needs a default); spark-avro applies the rest."""
+    import fastavro
+
+    docs = {}
+    for name, text in (("writer", writer), ("reader", reader)):
+        try:
+            docs[name] = fastavro.parse_schema(json.loads(text))
+        except Exception as exc:  # noqa: BLE001 - fastavro's message is the cause
+            raise SpecError(f"{where}: the {name} schema is not an Avro schema ({str(exc)[:200]})") from None
+    if not all(isinstance(d, dict) and d.get("type") == "record" for d in docs.values()):
+        return
+    written = {f["name"] for f in docs["writer"]["fields"]}
+    missing = [f["name"] for f in docs["reader"]["fields"] if f["name"] not in written and "default" not in f]
+    if missing:
+        raise SpecError(f"{where}: the reader schema cannot read this writer schema by Avro's resolution rules "
+                        f"(field {missing[0]} has no default value); give a reader_schema whose added fields have "
+                        "defaults")
 
 
 def _java_message(exc: Exception) -> str:

@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from py4j.java_gateway import JavaClass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.ledger import CONFLICTING_OFFSET
+from backfill.session import jvm_operator
 
 COPY = "_copy"  # io/sources.py: what makes two copies of an offset one record (null: not checked)
 CONFLICTING = CONFLICTING_OFFSET  # the `_drop` of a copy of an offset whose copies differ (its ledger reason)
@@ -54,14 +54,8 @@ def one_copy_per_offset(df: DataFrame, queue: Sequence[str], streamed: bool = Fa
 
 
 def _operator(df: DataFrame) -> Any | None:
-    """jvm/ops OffsetCopies, or None where its jar is not loaded."""
-    if not USE_OPERATOR:
-        return None
-    try:
-        found = df.sparkSession._jvm.io.backfill.spark.OffsetCopies  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - a remote session has no JVM gateway
-        return None
-    return found if isinstance(found, JavaClass) else None
+    """jvm/ops OffsetCopies, or None where its jar is not loaded or not reachable (Spark Connect)."""
+    return jvm_operator(df.sparkSession, "OffsetCopies") if USE_OPERATOR else None
 
 
 def _compared(df: DataFrame) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from backfill.errors import OrderingError
 from backfill.order.offsets import one_copy_per_offset
-from backfill.session import jvm_operator
+from backfill.session import is_connect, jvm_operator
 
 CHECKED = ("_copies", "_gap")  # order/offsets.py: what the check of one record per offset adds
 CHUNK_OFFSETS = 1 << 20  # a task's records are ordered in chunks of this many offsets (see _one_queue_in_chunks)
@@ -367,10 +367,26 @@ def _one_queue_in_chunks(df: DataFrame, stream_times: Mapping[str, Column], part
 def input_bytes(df: DataFrame) -> int | None:
     """Spark's size estimate of `df` (file sources: the files' bytes), or None when it has none."""
     try:
-        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        size = _connect_size(df) if is_connect(df.sparkSession) else \
+            int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - an estimate only
         return None
     return None if size >= 1 << 50 else size  # no estimate: Spark's is Long.MaxValue
+
+
+_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
+
+
+def _connect_size(df: DataFrame) -> int:
+    """The same estimate over Spark Connect (no JVM on the client): the optimized plan's root statistics, read
+    from the cost-mode explain the server renders (`Statistics(sizeInBytes=1234.5 KiB)`)."""
+    import re
+
+    text = df._explain_string(mode="cost")  # type: ignore[attr-defined]
+    found = re.search(r"Statistics\(sizeInBytes=([0-9.E+]+)\s*([KMGTPE]iB|B)", text)
+    if found is None:
+        raise ValueError("no statistics in the plan")
+    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2)])
 
 
 def spread_partitions(df: DataFrame) -> int | None:

@@ -51,7 +51,7 @@ from backfill.ops.expressions import joiner_sql
 from backfill.ops.join import JOINED, PHASE_BASE, STRIDE, bucketed
 from backfill.ops.windows import LEFT, JoinWindows
 from backfill.plan.definition import Plan
-from backfill.session import release
+from backfill.session import release, shallow
 from backfill.time.extract import extract
 from backfill.verify import bounds
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
@@ -306,13 +306,14 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
             F.coalesce(c("key"), F.lit(_NULL_KEY)).alias("k"), "ts", "v", "partition", "offset")
         found = _pair_causes(open_rows, pairs, ev, missing, extra, held).unionByName(
             _single_causes(open_rows, single, pairs, written, ev, end_st, missing, extra, held))
+        found = shallow(found, held)
         produced = found.select("_id").distinct().withColumn("_produced", F.lit(True))
         best = Window.partitionBy("_id").orderBy("cause", "detail")  # one named cause per row
         named = found.where(c("cause").isNotNull()).withColumn("_n", F.row_number().over(best)) \
             .where(c("_n") == 1).drop("_n")
         out = open_rows.join(named, "_id", "left").join(produced, "_id", "left")
         out = _boundaries(out, rows, ev)
-        out = _throttled(out, rows, missing)
+        out = shallow(_throttled(out, rows, missing), held)
         if ev.gaps is not None:
             out = _missing_input(out, ev)
         out = _mismatches(out, missing, extra)

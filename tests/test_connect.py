@@ -140,7 +140,7 @@ def test_join_example_and_its_verify_over_remote_equal_local_mode(server: dict[s
                                                                      server["env"])):
         job = _join_example(tmp_path / name)
         done = cli(["verify", str(job), "--run", "--json", "--report", str(tmp_path / name / "report"), *extra], env)
-        assert done.returncode in (0, 1), done.stderr[-2000:]
+        assert done.returncode in (0, 1) and done.stdout.strip(), f"{name}: {done.stdout[-1000:]} {done.stderr[-2000:]}"
         runs[name] = (job, done.returncode, json.loads(done.stdout))
     (local_job, local_code, local_out), (connect_job, connect_code, connect_out) = runs["local"], runs["connect"]
     assert connect_code == local_code

@@ -103,6 +103,7 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
     if url is not None:
         return connect(url, conf)
     apply_env(conf)
+    classic_mode()
     builder = SparkSession.builder
     options = driver_java_options(short=short_run(input_bytes))
     if options:
@@ -116,6 +117,19 @@ def get_spark(profile: str | None = None, input_bytes: int | None = None) -> Any
     spark.sparkContext.setLogLevel("ERROR")
     quiet_python_logs()
     return spark
+
+
+# PySpark marks the whole process as a Spark Connect client when a Connect session is created (and keeps the
+# mark after that session stops, unless it started the server itself): every later SparkSession.builder then
+# tries to connect, and pyspark.sql.functions build Connect columns that a classic DataFrame refuses
+CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+
+
+def classic_mode() -> None:
+    """Clear PySpark's Connect marks before backfill builds a session of its own (no --remote, no SPARK_REMOTE,
+    no resident engine): the session is a classic one, whatever Connect session the process had before."""
+    for key in CONNECT_MARKS:
+        os.environ.pop(key, None)
 
 
 def spark_settings(conf: dict[str, Any], say: Callable[[str], None] | None = None) -> dict[str, str]:

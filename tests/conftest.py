@@ -75,6 +75,25 @@ def spark_module():
     return session
 
 
+@pytest.fixture(autouse=True)
+def _no_connect_mark_leaks():
+    """A test that leaves PySpark's Spark Connect marks in the environment (a Connect session created in-process
+    sets them) turns every later session and column of its worker, and every process it starts, into a Connect
+    client: such a test errors here, and the marks are cleared for the next one."""
+    from backfill.session import CONNECT_MARKS
+
+    before = {key: os.environ.get(key) for key in (*CONNECT_MARKS, "SPARK_REMOTE")}
+    yield
+    after = {key: os.environ.get(key) for key in before}
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    leaked = sorted(key for key in before if after[key] != before[key])
+    assert not leaked, f"the test left {', '.join(leaked)} changed in the environment (restore it)"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_spark_at_exit():
     """Stop whatever session is left when the test run ends."""

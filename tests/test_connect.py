@@ -15,6 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from backfill.io.broker import free_port
+from backfill.session import CONNECT_MARKS
 from tests.conftest import REPO, read_jsonl
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -161,6 +162,7 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
     local = cli(["run", str(local_job), "--json"], _local(server["env"]))
     assert local.returncode == 0, local.stderr[-2000:]
     connect_job = _join_example(tmp_path / "connect")
+    marks = {key: os.environ.get(key) for key in CONNECT_MARKS}
     session = SparkSession.builder.remote(server["url"]).create()
     try:
         job = backfill.load_job(connect_job)
@@ -168,6 +170,11 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
         summary = job.run(spark=session).to_dict()
     finally:
         session.stop()
+        for key, value in marks.items():  # PySpark leaves the process marked as a Connect client
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     assert _same_data(json.loads(json.dumps(summary, default=str))) == _same_data(json.loads(local.stdout))
     for name in JOIN_FILES:
         found = _jsonl_rows(connect_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")

@@ -54,6 +54,16 @@ def test_an_operator_reading_itself_is_a_cycle(tmp_path):
     assert "cycle (a -> a)" in line
 
 
+def test_an_input_named_like_a_source_and_an_operator_reads_the_source(tmp_path):
+    """A job written before chains: operators named after the sources they read (the join property test's
+    generator names its joins `left`, `inner`, ...). Such an input is the source, so nothing here is a chain."""
+    job = _job(tmp_path, {"s": _agg("s"), "b": _agg("s")})
+    got = CliRunner().invoke(app, ["run", str(job), "--engine", "reference", "--json"])
+    assert got.exit_code == 0, got.stderr
+    outputs = json.loads(got.stdout)["outputs"]
+    assert len(outputs["s"]) == 3 and outputs["s"] == outputs["b"]  # both count the 3 records of source s
+
+
 def test_an_input_that_is_neither_a_source_nor_an_operator_is_refused(tmp_path):
     line = _refused(_job(tmp_path, {"a": _agg("s"), "b": _agg("nosuch")}))
     assert "operators[1].aggregate: 'b' reads 'nosuch', which is neither a source nor an operator" in line

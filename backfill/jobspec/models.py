@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from backfill.jobspec import versions
 from backfill.jobspec.durations import INSTANT_HINT, parse_duration, parse_instant
@@ -491,6 +491,9 @@ class OperatorSpec(Strict):
     aggregate: AggregateSpec | None = None
     join: JoinSpec | None = None
     rules: RulesSpec | None = None
+    # the job's source names, set by JobSpec: an input that names a source reads the source, even where an
+    # operator has that name too (a job written before chains, docs/semantics.md §18)
+    _sources: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     @model_validator(mode="after")
     def _one_kind(self) -> OperatorSpec:
@@ -513,6 +516,10 @@ class OperatorSpec(Strict):
             return [self.rules.input, self.rules.rules]
         assert self.join is not None
         return [self.join.left, self.join.other]
+
+    def reads_source(self, name: str) -> bool:
+        """Whether the input `name` is one of the job's sources (then never an operator of that name)."""
+        return name in self._sources
 
 
 class SinkSpec(Strict):
@@ -614,6 +621,7 @@ class JobSpec(Strict):
         if dupes:
             raise ValueError(f"@operators: operator name {dupes[0]!r} is used twice; operator names must be unique")
         for i, op in enumerate(self.operators):
+            op._sources = frozenset(self.sources)
             for src in op.inputs:
                 if src not in self.sources and src not in names:
                     raise ValueError(f"@operators[{i}].{op.kind}: {op.name!r} reads {src!r}, which is neither a "

@@ -54,7 +54,7 @@ def is_stream_join(op: OperatorSpec) -> bool:
 def upstream(op: OperatorSpec, operators: list[OperatorSpec]) -> OperatorSpec | None:
     """The operator whose forwarded stream `op` reads (docs/semantics.md §18), or None: it reads sources."""
     names = {o.name: o for o in operators}
-    found = [names[i] for i in op.inputs if i in names]
+    found = [names[i] for i in op.inputs if i in names and not op.reads_source(i)]
     return found[0] if found else None
 
 
@@ -104,11 +104,10 @@ def topology_problem(operators: list[OperatorSpec]) -> str | None:
 
 def cycle(operators: list[OperatorSpec]) -> list[str] | None:
     """The names of a cycle of operators reading each other (input -> ... -> input), or None."""
-    names = {o.name: o for o in operators}
     for op in operators:
         path = [op.name]
         current = op
-        while (up := next((names[i] for i in current.inputs if i in names), None)) is not None:
+        while (up := upstream(current, operators)) is not None:
             if up.name in path:
                 return path[path.index(up.name):] + [up.name]
             path.append(up.name)
@@ -121,12 +120,12 @@ def task_count(op: OperatorSpec, operators: list[OperatorSpec], count: Callable[
     count when it re-keys (docs/semantics.md §13), else its first input's (a source, or the operator it reads:
     a chained stream stays in the task that forwarded it, §18.1)."""
     if rekeys(op):
-        return repartition_count(op, lambda name: _input_count(name, operators, count))
-    return _input_count(op.inputs[0], operators, count)
+        return repartition_count(op, lambda name: _input_count(op, name, operators, count))
+    return _input_count(op, op.inputs[0], operators, count)
 
 
-def _input_count(name: str, operators: list[OperatorSpec], count: Callable[[str], int]) -> int:
-    up = next((o for o in operators if o.name == name), None)
+def _input_count(op: OperatorSpec, name: str, operators: list[OperatorSpec], count: Callable[[str], int]) -> int:
+    up = None if op.reads_source(name) else next((o for o in operators if o.name == name), None)
     return count(name) if up is None else task_count(up, operators, count)
 
 

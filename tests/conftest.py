@@ -75,6 +75,15 @@ def spark_module():
     return session
 
 
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put environment variables back as `saved` had them (None: unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(autouse=True)
 def _no_connect_mark_leaks():
     """A test that leaves PySpark's Spark Connect marks in the environment (a Connect session created in-process
@@ -85,11 +94,7 @@ def _no_connect_mark_leaks():
     before = {key: os.environ.get(key) for key in (*CONNECT_MARKS, "SPARK_REMOTE")}
     yield
     after = {key: os.environ.get(key) for key in before}
-    for key, value in before.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    restore_env(before)
     leaked = sorted(key for key in before if after[key] != before[key])
     assert not leaked, f"the test left {', '.join(leaked)} changed in the environment (restore it)"
 

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from backfill.io.broker import free_port
 from backfill.session import CONNECT_MARKS
-from tests.conftest import REPO, read_jsonl
+from tests.conftest import REPO, read_jsonl, restore_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DEMO_TABLES = ("gold/clicks_per_user_1m", "gold/clicks_per_user_5m_hop", "gold/user_sessions", "ledger/clicks")
@@ -170,11 +170,7 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
         summary = job.run(spark=session).to_dict()
     finally:
         session.stop()
-        for key, value in marks.items():  # PySpark leaves the process marked as a Connect client
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_env(marks)  # PySpark leaves the process marked as a Connect client
     assert _same_data(json.loads(json.dumps(summary, default=str))) == _same_data(json.loads(local.stdout))
     for name in JOIN_FILES:
         found = _jsonl_rows(connect_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")

@@ -1,5 +1,6 @@
 """Catalog tables (`table: db.name`) as source and sink, through a local Hive metastore (derby, the jars pyspark
-ships) in the test's folder: each command a new process, as a user runs them."""
+ships) in the test's folder: the Python API
+in one process and the command line in another, as users run them."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from tests.conftest import REPO
 
@@ -33,16 +35,6 @@ def _backfill(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_catalog_table_is_a_source_and_a_ranged_idempotent_sink(tmp_path):
-    rows = [(f"u{i % 2}", json.dumps({"amount": i}), 0, i, 60_000 * (i // 3) + i) for i in range(30)]
-    made = _python(tmp_path, f"""
-from backfill.session import get_spark
-spark = get_spark("local")
-spark.sql("CREATE DATABASE bronze")
-spark.sql("CREATE DATABASE gold")
-spark.createDataFrame({rows!r}, "key string, value string, partition int, offset long, timestamp long") \\
-    .selectExpr("'clicks' AS topic", "*").write.format("delta").saveAsTable("bronze.clicks")
-""")
-    assert made.returncode == 0, made.stderr[-2000:]
     job = tmp_path / "job.yaml"
     job.write_text("""
 name: catalog
@@ -56,30 +48,38 @@ sinks:
   per_minute: {format: delta, table: gold.per_minute}
   _ledger: {format: jsonl, path: out/ledger.jsonl}
 """)
-    first = _backfill(tmp_path, "run", str(job), "--json")
-    assert first.returncode == 0, first.stderr[-2000:]
-    summary = json.loads(first.stdout)
+    rows = [(f"u{i % 2}", json.dumps({"amount": i}), 0, i, 60_000 * (i // 3) + i) for i in range(30)]
+    # one process makes the catalog's tables and runs the job through the Python API on a session with the
+    # catalog (the whole input, then a range); a second process, the command line, runs the same range again
+    made = _python(tmp_path, f"""
+import json
+import backfill
+from backfill.session import get_spark
+spark = get_spark("local")
+spark.sql("CREATE DATABASE bronze")
+spark.sql("CREATE DATABASE gold")
+spark.createDataFrame({rows!r}, "key string, value string, partition int, offset long, timestamp long") \\
+    .selectExpr("'clicks' AS topic", "*").write.format("delta").saveAsTable("bronze.clicks")
+job = backfill.load_job("job.yaml")
+print(json.dumps(job.run(spark=spark).to_dict(), default=str))
+job.run(spark=spark, start=120000, end=300000)
+""")
+    assert made.returncode == 0, made.stderr[-2000:]
+    summary = json.loads(made.stdout.strip().splitlines()[-1])
     assert summary["inputs"]["clicks"]["table"] == "bronze.clicks"
     assert summary["inputs"]["clicks"]["location"].endswith("warehouse/bronze.db/clicks")
     assert summary["inputs"]["clicks"]["version"] == 0
     assert summary["sinks"]["per_minute"]["table"] == "gold.per_minute"
-    # the same range twice: the table's rows of the range are replaced, never doubled
-    for _ in range(2):
-        ranged = _backfill(tmp_path, "run", str(job), "--start", "120000", "--end", "300000", "--json")
-        assert ranged.returncode == 0, ranged.stderr[-2000:]
-    read = _python(tmp_path, """
-import json
-from backfill.session import get_spark
-spark = get_spark("local")
-rows = spark.sql("SELECT window_start, n, amount FROM gold.per_minute ORDER BY key, window_start").collect()
-print(json.dumps([list(r) for r in rows]))
-print(spark.sql("DESCRIBE HISTORY gold.per_minute").count())
-""")
-    assert read.returncode == 0, read.stderr[-2000:]
-    lines = read.stdout.strip().splitlines()
-    windows = json.loads(lines[-2])
-    assert len(windows) == 2 * 9 and len({(w[0], w[1]) for w in windows}) <= len(windows)  # 9 closed minutes, 2 keys
-    assert sum(w[1] for w in windows) == 27 and int(lines[-1]) == 3  # the first run, then one commit per ranged run
+    # the same range again: the table's rows of the range are replaced, never doubled
+    ranged = _backfill(tmp_path, "run", str(job), "--start", "120000", "--end", "300000", "--json")
+    assert ranged.returncode == 0, ranged.stderr[-2000:]
+    again = json.loads(ranged.stdout)
+    assert again["inputs"]["clicks"]["table"] == "bronze.clicks" and again["sinks"]["per_minute"]["table"] == \
+        "gold.per_minute"
+    table = DeltaTable(str(tmp_path / "warehouse" / "gold.db" / "per_minute"))
+    windows = sorted((r["key"], r["window_start"], r["n"], r["amount"]) for r in table.to_pyarrow_table().to_pylist())
+    assert len(windows) == 2 * 9 and len({w[:2] for w in windows}) == len(windows)  # 9 closed minutes, 2 keys
+    assert sum(w[2] for w in windows) == 27 and len(table.history()) == 3  # the first run, one commit per range
 
 
 def test_a_source_table_the_catalog_lacks_is_one_line_exit_2(tmp_path):

@@ -1,6 +1,8 @@
 """Spark Connect for real: `backfill server` runs a resident engine on 127.0.0.1, and the demo job (tumbling,
 hopping and session windows over Delta), the stream-stream join example and its `verify`, through the CLI's
---remote and through the Python API on a Connect session, give outputs and ledgers equal to a local-mode run."""
+--remote and through the Python API on a Connect session, give outputs and ledgers equal to a local-mode run.
+The local-mode runs are the same commands in the test's own process (its session, the CLI's code): a second
+process would only start a second cold driver."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from typer.testing import CliRunner
 
 from backfill.io.broker import free_port
 from backfill.session import CONNECT_MARKS
@@ -49,8 +52,35 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         assert stopped.returncode == 0, stopped.stderr[-2000:]
 
 
-def _local(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "BACKFILL_SERVER": "0"}  # a session of its own, even with the engine running
+@pytest.fixture
+def local(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`backfill ARGS` in local mode, in this process: the CLI on the test's session, never the resident engine."""
+    from backfill.cli import app
+
+    monkeypatch.setenv("BACKFILL_SERVER", "0")
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def invoke(args: list[str]) -> subprocess.CompletedProcess[str]:
+        done = CliRunner().invoke(app, args)
+        return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
+    return invoke
+
+
+@pytest.fixture(scope="module")
+def local_join(spark_module: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The join example and its verify, run once in local mode for the module's comparisons."""
+    from backfill.cli import app
+
+    folder = tmp_path_factory.mktemp("local_join")
+    job = _join_example(folder)
+    saved = {"BACKFILL_SERVER": os.environ.get("BACKFILL_SERVER")}
+    os.environ["BACKFILL_SERVER"] = "0"
+    try:
+        done = CliRunner().invoke(app, ["verify", str(job), "--run", "--json", "--report", str(folder / "report")])
+    finally:
+        restore_env(saved)
+    assert done.exit_code in (0, 1) and done.stdout.strip(), f"{done.stdout[-1000:]} {done.stderr[-2000:]}"
+    return {"job": job, "code": done.exit_code, "out": json.loads(done.stdout)}
 
 
 def _same_data(summary: dict[str, Any]) -> dict[str, Any]:
@@ -118,16 +148,17 @@ def test_plan_says_the_jar_less_plan_in_one_line(server: dict[str, Any], tmp_pat
     assert len(notes) == 1 and "a Spark Connect session" in notes[0] and "jar-less plan" in notes[0]
 
 
-def test_demo_job_through_the_resident_engine_equals_local_mode(server: dict[str, Any], tmp_path: Path) -> None:
+def test_demo_job_through_the_resident_engine_equals_local_mode(server: dict[str, Any], tmp_path: Path,
+                                                                local: Any) -> None:
     local_job = _demo(tmp_path / "local")
     shutil.copytree(tmp_path / "local", tmp_path / "connect")
     connect_job = tmp_path / "connect" / local_job.relative_to(tmp_path / "local")
-    local = cli(["run", str(local_job), "--json"], _local(server["env"]))
-    assert local.returncode == 0, local.stderr[-2000:]
+    ran = local(["run", str(local_job), "--json"])
+    assert ran.returncode == 0, ran.stderr[-2000:]
     resident = cli(["run", str(connect_job), "--json"], server["env"])  # no --remote: the resident engine
     assert resident.returncode == 0, resident.stderr[-2000:]
     assert f"using the resident engine at {server['url']}" in resident.stderr
-    ours, theirs = json.loads(local.stdout), json.loads(resident.stdout)
+    ours, theirs = json.loads(ran.stdout), json.loads(resident.stdout)
     assert _same_data(theirs) == _same_data(ours)
     assert any("jar-less plan" in w for w in theirs["warnings"])
     for table in DEMO_TABLES:
@@ -135,32 +166,32 @@ def test_demo_job_through_the_resident_engine_equals_local_mode(server: dict[str
         assert found and found == _delta_rows(local_job.parent.parent / "data" / table), table
 
 
-def test_join_example_and_its_verify_over_remote_equal_local_mode(server: dict[str, Any], tmp_path: Path) -> None:
-    runs = {}
-    for name, extra, env in (("local", [], _local(server["env"])), ("connect", ["--remote", server["url"]],
-                                                                     server["env"])):
-        job = _join_example(tmp_path / name)
-        done = cli(["verify", str(job), "--run", "--json", "--report", str(tmp_path / name / "report"), *extra], env)
-        assert done.returncode in (0, 1) and done.stdout.strip(), f"{name}: {done.stdout[-1000:]} {done.stderr[-2000:]}"
-        runs[name] = (job, done.returncode, json.loads(done.stdout))
-    (local_job, local_code, local_out), (connect_job, connect_code, connect_out) = runs["local"], runs["connect"]
-    assert connect_code == local_code
+def test_join_example_and_its_verify_over_remote_equal_local_mode(server: dict[str, Any], tmp_path: Path,
+                                                                  local_join: dict[str, Any]) -> None:
+    connect_job = _join_example(tmp_path / "connect")
+    done = cli(["verify", str(connect_job), "--run", "--json", "--report", str(tmp_path / "connect" / "report"),
+                "--remote", server["url"]], server["env"])
+    assert done.returncode in (0, 1) and done.stdout.strip(), f"{done.stdout[-1000:]} {done.stderr[-2000:]}"
+    connect_out, local_out = json.loads(done.stdout), local_join["out"]
+    assert done.returncode == local_join["code"]
     for key in ("verdict", "operators", "counts", "causes"):
         if key in local_out:
             assert connect_out[key] == local_out[key], key
     for name in JOIN_FILES:
         found = _jsonl_rows(connect_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")
-        assert found and found == _jsonl_rows(local_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")
+        assert found and found == _jsonl_rows(local_join["job"].parent.parent / "out" / "clicks_impressions" /
+                                              f"{name}.jsonl")
 
 
-def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any], tmp_path: Path) -> None:
+def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any], tmp_path: Path,
+                                                          local: Any) -> None:
     from pyspark.sql import SparkSession
 
     import backfill
 
     local_job = _join_example(tmp_path / "local")
-    local = cli(["run", str(local_job), "--json"], _local(server["env"]))
-    assert local.returncode == 0, local.stderr[-2000:]
+    ran = local(["run", str(local_job), "--json"])
+    assert ran.returncode == 0, ran.stderr[-2000:]
     connect_job = _join_example(tmp_path / "connect")
     marks = {key: os.environ.get(key) for key in CONNECT_MARKS}
     session = SparkSession.builder.remote(server["url"]).create()
@@ -171,7 +202,7 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
     finally:
         session.stop()
         restore_env(marks)  # PySpark leaves the process marked as a Connect client
-    assert _same_data(json.loads(json.dumps(summary, default=str))) == _same_data(json.loads(local.stdout))
+    assert _same_data(json.loads(json.dumps(summary, default=str))) == _same_data(json.loads(ran.stdout))
     for name in JOIN_FILES:
         found = _jsonl_rows(connect_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")
         assert found and found == _jsonl_rows(local_job.parent.parent / "out" / "clicks_impressions" / f"{name}.jsonl")

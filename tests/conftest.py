@@ -51,6 +51,28 @@ def pytest_configure(config: pytest.Config) -> None:
                    check=False)
 
 
+SLOW = [line.split(None, 1)[1] for line in (REPO / "tests" / "slow.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")]
+
+
+def _listed_slow(nodeid: str) -> bool:
+    """tests/slow.txt names it: its id, or FILE::*[PARAMS] (any test of FILE with those parameters)."""
+    for entry in SLOW:
+        head, star, params = entry.partition("::*")
+        if nodeid == entry or (star and nodeid.startswith(f"{head}::") and (
+                nodeid.endswith(params) if params else not nodeid.endswith("]"))):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests tests/slow.txt names (measured, scripts/slow_tests.py) are `slow`, as if marked in their file."""
+    for item in items:
+        if _listed_slow(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def spark():
     """A live local SparkSession (built from conf/local.yaml, test-sized shuffles).

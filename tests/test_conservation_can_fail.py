@@ -1,7 +1,8 @@
 """Conservation is checked against the records' own fates, not derived from the ledger: a path that drops a
 record's ledger row makes the run fail (exit 2, nothing published). Session and sliding windows count their
 contributing and late records, and their late pairs, in the kernel; deriving them from the ledger's totals
-made both checks true by construction."""
+made both checks true by construction. A join counts the records that reach it and takes away the expired ones
+(their store refused them and they found nothing), counted apart from the ledger rows made of them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -55,6 +56,48 @@ def test_a_late_record_without_its_ledger_row_fails_the_run(tmp_path: Path, kind
         return rows.limit(0) if kwargs.get("reason") == LATE else rows
 
     monkeypatch.setattr(module, "ledger_rows", losing_late_rows)
+    before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl"))
+    broken = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert broken.exit_code == 2 and "conservation check failed" in broken.stderr, (broken.exit_code, broken.stderr)
+    assert sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl")) == before  # nothing published
+
+
+JOIN_JOB = """
+name: conservation-join
+sources:
+  l: {format: jsonl, path: l.jsonl, value: {format: string}}
+  r: {format: jsonl, path: r.jsonl, value: {format: string}}
+operators:
+  - name: j
+    join: {left: l, right: r, how: inner, window: {before: 1s, after: 1s, grace: 0ms},
+           value: "concat(left.value, right.value)"}
+sinks:
+  j: {format: jsonl, path: out/j.jsonl}
+  _ledger: {format: jsonl, path: out/ledger.jsonl}
+"""
+
+
+def test_an_expired_join_record_without_its_ledger_row_fails_the_run(tmp_path: Path, monkeypatch: Any) -> None:
+    from backfill.ops.join import EXPIRED
+
+    # l@100s moves the left store's time on, so l@2s is refused by its store; no right record is near it
+    for name, rows in (("l", [("a", 1000), ("a", 100_000), ("a", 2000)]), ("r", [("a", 1500), ("a", 50_000)])):
+        write_jsonl(tmp_path / f"{name}.jsonl", [{"topic": name, "partition": 0, "offset": i, "key": k, "value": "v",
+                                                  "timestamp": t} for i, (k, t) in enumerate(rows)])
+    job = tmp_path / "job.yaml"
+    job.write_text(JOIN_JOB)
+    clean = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert clean.exit_code == 0, clean.stderr
+    assert f'"{EXPIRED}"' in (tmp_path / "out" / "ledger.jsonl").read_text()  # the scenario has an expired record
+
+    module = __import__("backfill.ops.join", fromlist=["ledger_rows"])
+    original = module.ledger_rows
+
+    def losing_expired_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
+        rows = original(df, *args, **kwargs)
+        return rows.limit(0) if kwargs.get("reason") == EXPIRED else rows
+
+    monkeypatch.setattr(module, "ledger_rows", losing_expired_rows)
     before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl"))
     broken = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert broken.exit_code == 2 and "conservation check failed" in broken.stderr, (broken.exit_code, broken.stderr)

@@ -141,27 +141,33 @@ class StreamJoin(Operator):
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(self.stat("nullkey")),
                 F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
-                        ).alias(self.stat("nullvalue"))]
+                        ).alias(self.stat("nullvalue")),
+                # what reaches the join's stores or its outer side's output: a pair or a write, or a null key forwarded
+                F.count(F.when(mine & F.col("value").isNotNull() & (F.col("key").isNotNull() | forwarded), 1)
+                        ).alias(self.stat("reach"))]
 
     def counts(self, rows: list[Any]) -> OperatorCounts:
-        """Inputs and null drops; `expired` and `contributing` follow from the ledger (settle)."""
+        """Inputs, null drops, and the records that reach the join (`contributing` until `run` takes away those
+        that expired: their store refused them and they found nothing)."""
         counts = OperatorCounts(kind="join", dropped={"null_key": 0, "null_value": 0})
         for r in rows:
             counts.records_in += r[self.stat("in")]
             counts.dropped["null_key"] += r[self.stat("nullkey")]
             counts.dropped["null_value"] += r[self.stat("nullvalue")]
+            counts.contributing += r[self.stat("reach")]
         return counts
 
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Joined pairs, non-joined rows, the outer store's emissions; `expired` and null ledger rows."""
         assert self.spec is not None
-        return join(self.spec, processed, self.stream_time, self.rules)
+        return join(self.spec, processed, self.stream_time, self.rules, counts)
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
-        """Null drops counted per record must all be in the ledger; the rest of the input contributed."""
+        """Null drops counted per record must all be in the ledger. `run` counted the records that contributed
+        from their own fates; the expired ones are the ledger's rows, so `in == contributing + dropped` checks the
+        ledger against the records (docs/semantics.md §5.2)."""
         check_null_drops(self.name, counts, ledger, ("null_key", "null_value"))
         counts.dropped["expired"] = ledger.get("expired", 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
 
 
 def outer_sides(spec: JoinSpec) -> tuple[int, ...]:
@@ -183,8 +189,10 @@ def stream_time_columns(op: OperatorSpec, st: str, rules: versions.Profile) -> d
             f"{st}_r": written & (F.col("source") == right)}
 
 
-def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile) -> OperatorResult:
-    """Run one stream-stream join over task-ordered records; `st` names its join stream-time column."""
+def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile,
+         counts: OperatorCounts | None = None) -> OperatorResult:
+    """Run one stream-stream join over task-ordered records; `st` names its join stream-time column. Takes the
+    expired records, counted one by one, from `counts.contributing` (the records that reached the join)."""
     spec = op.join
     assert spec is not None
     w = JoinWindows.of(spec)
@@ -240,6 +248,10 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile)
         expired = refused.join(found, ["task", "seq"], "left_anti")
     else:
         expired = refused.join(_matched_later(refused, joinable, w), ["task", "seq"], "left_anti")
+    if counts is not None and len(sides) < 2:  # their fate, counted apart from the ledger rows made of them
+        expired = expired.persist(StorageLevel.MEMORY_AND_DISK)
+        cached += (expired,)
+        counts.contributing -= expired.count()
     ledger = _null_ledger(recs, op.name, rules).unionByName(ledger_rows(
         expired, reason=EXPIRED, operator=op.name, stream_time=F.col("_sst_own"), range_time=F.col("ts")))
     output = rows.select("key", "value", "ts",

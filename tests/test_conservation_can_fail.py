@@ -41,25 +41,31 @@ def _job(tmp: Path, kind: str) -> Path:
     return job
 
 
-@pytest.mark.parametrize("kind", ["session", "sliding"])
-def test_a_late_record_without_its_ledger_row_fails_the_run(tmp_path: Path, kind: str, monkeypatch: Any) -> None:
-    job = _job(tmp_path, kind)
+def _fails_without_its_rows(job: Path, kind: str, reason: str, monkeypatch: Any) -> None:
+    """A clean run ledgers `reason`; with backfill.ops.KIND losing those ledger rows, the run fails and publishes
+    nothing."""
+    out = job.parent / "out"
     clean = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert clean.exit_code == 0, clean.stderr
-    assert '"late"' in (tmp_path / "out" / "ledger.jsonl").read_text()  # the scenario has a late record
+    assert f'"{reason}"' in (out / "ledger.jsonl").read_text()  # the scenario has such a record
 
     module = __import__(f"backfill.ops.{kind}", fromlist=["ledger_rows"])
     original = module.ledger_rows
 
-    def losing_late_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
+    def losing_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
         rows = original(df, *args, **kwargs)
-        return rows.limit(0) if kwargs.get("reason") == LATE else rows
+        return rows.limit(0) if kwargs.get("reason") == reason else rows
 
-    monkeypatch.setattr(module, "ledger_rows", losing_late_rows)
-    before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl"))
+    monkeypatch.setattr(module, "ledger_rows", losing_rows)
+    before = sorted(p.read_bytes() for p in out.rglob("*.jsonl"))
     broken = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert broken.exit_code == 2 and "conservation check failed" in broken.stderr, (broken.exit_code, broken.stderr)
-    assert sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl")) == before  # nothing published
+    assert sorted(p.read_bytes() for p in out.rglob("*.jsonl")) == before  # nothing published
+
+
+@pytest.mark.parametrize("kind", ["session", "sliding"])
+def test_a_late_record_without_its_ledger_row_fails_the_run(tmp_path: Path, kind: str, monkeypatch: Any) -> None:
+    _fails_without_its_rows(_job(tmp_path, kind), kind, LATE, monkeypatch)
 
 
 JOIN_JOB = """
@@ -86,19 +92,4 @@ def test_an_expired_join_record_without_its_ledger_row_fails_the_run(tmp_path: P
                                                   "timestamp": t} for i, (k, t) in enumerate(rows)])
     job = tmp_path / "job.yaml"
     job.write_text(JOIN_JOB)
-    clean = CliRunner().invoke(app, ["run", str(job), "--json"])
-    assert clean.exit_code == 0, clean.stderr
-    assert f'"{EXPIRED}"' in (tmp_path / "out" / "ledger.jsonl").read_text()  # the scenario has an expired record
-
-    module = __import__("backfill.ops.join", fromlist=["ledger_rows"])
-    original = module.ledger_rows
-
-    def losing_expired_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
-        rows = original(df, *args, **kwargs)
-        return rows.limit(0) if kwargs.get("reason") == EXPIRED else rows
-
-    monkeypatch.setattr(module, "ledger_rows", losing_expired_rows)
-    before = sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl"))
-    broken = CliRunner().invoke(app, ["run", str(job), "--json"])
-    assert broken.exit_code == 2 and "conservation check failed" in broken.stderr, (broken.exit_code, broken.stderr)
-    assert sorted(p.read_bytes() for p in (tmp_path / "out").rglob("*.jsonl")) == before  # nothing published
+    _fails_without_its_rows(job, "join", EXPIRED, monkeypatch)

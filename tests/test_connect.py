@@ -52,35 +52,33 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         assert stopped.returncode == 0, stopped.stderr[-2000:]
 
 
-@pytest.fixture
-def local(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _local_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
     """`backfill ARGS` in local mode, in this process: the CLI on the test's session, never the resident engine."""
     from backfill.cli import app
 
-    monkeypatch.setenv("BACKFILL_SERVER", "0")
-    monkeypatch.setenv("COLUMNS", "200")
-
-    def invoke(args: list[str]) -> subprocess.CompletedProcess[str]:
+    saved = {key: os.environ.get(key) for key in ("BACKFILL_SERVER", "COLUMNS")}
+    os.environ.update({"BACKFILL_SERVER": "0", "COLUMNS": "200"})
+    try:
         done = CliRunner().invoke(app, args)
-        return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
-    return invoke
+    finally:
+        restore_env(saved)
+    return subprocess.CompletedProcess(args, done.exit_code, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def local(spark: Any) -> Any:
+    """_local_cli, with the test's session started."""
+    return _local_cli
 
 
 @pytest.fixture(scope="module")
 def local_join(spark_module: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The join example and its verify, run once in local mode for the module's comparisons."""
-    from backfill.cli import app
-
     folder = tmp_path_factory.mktemp("local_join")
     job = _join_example(folder)
-    saved = {"BACKFILL_SERVER": os.environ.get("BACKFILL_SERVER")}
-    os.environ["BACKFILL_SERVER"] = "0"
-    try:
-        done = CliRunner().invoke(app, ["verify", str(job), "--run", "--json", "--report", str(folder / "report")])
-    finally:
-        restore_env(saved)
-    assert done.exit_code in (0, 1) and done.stdout.strip(), f"{done.stdout[-1000:]} {done.stderr[-2000:]}"
-    return {"job": job, "code": done.exit_code, "out": json.loads(done.stdout)}
+    done = _local_cli(["verify", str(job), "--run", "--json", "--report", str(folder / "report")])
+    assert done.returncode in (0, 1) and done.stdout.strip(), f"{done.stdout[-1000:]} {done.stderr[-2000:]}"
+    return {"job": job, "code": done.returncode, "out": json.loads(done.stdout)}
 
 
 def _same_data(summary: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from backfill.cli import app
 from backfill.errors import BackfillError, SessionError, SpecError
 from tests.conftest import delta_tables
 
-REPO = Path(__file__).resolve().parents[1]
 TABLES = ("gold/clicks_per_user_1m", "gold/clicks_per_user_5m_hop", "gold/user_sessions", "ledger/clicks")
 # what differs between two runs of the same job by construction: ids, times, where it wrote
 VOLATILE = {"run_id", "duration_s", "records_per_s", "sinks", "inputs", "code_version"}

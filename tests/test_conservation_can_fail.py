@@ -2,13 +2,15 @@
 record's ledger row makes the run fail (exit 2, nothing published). Session and sliding windows count their
 contributing and late records, and their late pairs, in the kernel; deriving them from the ledger's totals
 made both checks true by construction. A join counts the records that reach it and takes away the expired ones
-(their store refused them and they found nothing), counted apart from the ledger rows made of them."""
+(their store refused them and they found nothing), counted apart from the ledger rows made of them. A rules
+operator counts the transactions some rule version could read and the rule messages that parsed."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from typer.testing import CliRunner
 
 from backfill.cli import app
@@ -53,8 +55,7 @@ def _fails_without_its_rows(job: Path, kind: str, reason: str, monkeypatch: Any)
     original = module.ledger_rows
 
     def losing_rows(df: Any, *args: Any, **kwargs: Any) -> Any:  # the path under test, broken
-        rows = original(df, *args, **kwargs)
-        return rows.limit(0) if kwargs.get("reason") == reason else rows
+        return original(df, *args, **kwargs).where(F.col("reason") != reason)
 
     monkeypatch.setattr(module, "ledger_rows", losing_rows)
     before = sorted(p.read_bytes() for p in out.rglob("*.jsonl"))
@@ -93,3 +94,18 @@ def test_an_expired_join_record_without_its_ledger_row_fails_the_run(tmp_path: P
     job = tmp_path / "job.yaml"
     job.write_text(JOIN_JOB)
     _fails_without_its_rows(job, "join", EXPIRED, monkeypatch)
+
+
+@pytest.mark.parametrize("reason", ["no_rule", "invalid_rule"])
+def test_a_rules_record_without_its_ledger_row_fails_the_run(tmp_path: Path, reason: str, monkeypatch: Any) -> None:
+    from tests.golden.test_rules import _tx, inputs, rules_job
+
+    # a transaction before any rule (no_rule), a message that is no rule (invalid_rule), then a rule and a match
+    events = [("transactions", _tx(1, "5"), 1), ("rules", "not a rule", 2),
+              ("rules", "1,(active),(paymentType),,(paymentAmount),(SUM),(>),(0),(10)", 3),
+              ("transactions", _tx(2, "5"), 4)]
+    for name, rows in inputs(events).items():
+        write_jsonl(tmp_path / "inputs" / f"{name}.jsonl", rows)
+    job = tmp_path / "job.yaml"
+    job.write_text(rules_job())
+    _fails_without_its_rows(job, "rules", reason, monkeypatch)

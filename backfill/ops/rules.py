@@ -168,21 +168,23 @@ class RulesOperator(Operator):
                 F.count(F.when(in_source(self.rules.rules) & live, 1)).alias(self.stat("msgs"))]
 
     def counts(self, rows: list[Any]) -> OperatorCounts:
-        """Records in; what was dropped follows from the ledger (settle)."""
+        """Records in; `run` counts the contributing ones from their own fates, and `settle` takes the drops from
+        the ledger, so `in == contributing + dropped` checks the ledger against the records (docs/semantics.md
+        §7.1)."""
         counts = OperatorCounts(kind="rules", dropped={reason: 0 for reason in REASONS})
         for r in rows:
             counts.records_in += r[self.stat("tx")] + r[self.stat("msgs")]
         return counts
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
-        """Every record in is a rule message applied, a transaction some rule saw, or a ledger row."""
+        """Every record in is a rule message applied, a transaction some rule saw (both counted by `run`), or a
+        ledger row."""
         for reason in REASONS:
             counts.dropped[reason] = ledger.get(reason, 0)
-        counts.contributing = counts.records_in - sum(counts.dropped.values()) - counts.filtered
 
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
-        """Alerts and ledger rows."""
-        return _run(self, processed)
+        """Alerts and ledger rows; the records that contributed, counted into `counts`."""
+        return _run(self, processed, counts)
 
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """An alert names its rule, key, value and transaction; one alert per transaction and rule version."""
@@ -192,7 +194,7 @@ class RulesOperator(Operator):
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def _run(op: RulesOperator, processed: DataFrame) -> OperatorResult:
+def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> OperatorResult:
     spec = op.rules
     given = "_recorded_seq" in processed.columns
     base = processed.where(F.col("_drop").isNull())
@@ -207,6 +209,8 @@ def _run(op: RulesOperator, processed: DataFrame) -> OperatorResult:
     tx = _read_fields(tx, spec, tl).withColumn("_null_value", F.col("value").isNull()).select(*kept) \
         .persist(StorageLevel.MEMORY_AND_DISK)
     ledger = _ledger(op, base, tx, tl)
+    # contributing from each record's own fate, apart from the ledger rows made of the others
+    counts.contributing = tx.where(F.col("_ok")).count() + len(msgs) - len(tl.invalid)
     timeline = Timeline()
     live = tx.where(F.col("_ok"))
     if spec.order == "arrival":

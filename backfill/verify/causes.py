@@ -56,14 +56,10 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import UNREADABLE
 from backfill.time.extract import extract
 from backfill.verify import bounds, restarts
-from backfill.verify.joins import JOIN_CAUSES
+from backfill.verify.catalogue import first_match
 from backfill.verify.reconcile import BROADCAST_KEYS, MATCH, MISMATCH, Comparison, Tolerance
-from backfill.verify.restarts import RESTART_CAUSES
 from backfill.verify.tables import recorded_gaps, source_committed_ranges, without_committed_gaps
 
-CAUSES = ("late_drop_differs", "range_boundary", "tie_order", "duplicate_delivery", "missing_input",
-          *RESTART_CAUSES, "session_merge_differs", *JOIN_CAUSES, "close_mechanism_differs", "cache_coalesced",
-          "unexplained")
 MAX_VARIANT = 10  # records tried per window and direction (most plausible first)
 MAX_GAPS = 10_000
 DECODED_ALL = "decoding every input value"  # how verify learnt which records reach the operator
@@ -608,43 +604,36 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     # records the backfill accepted behind stream time that the stream dropped: a restart explains the same value
     # better where one is proven (a restarted task's stream time starts over lower; it drops fewer, never more)
     late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
-    cause = (F.when(F.col("category") == dup, F.when(F.col("_reemit"), F.lit("reemitted"))
-                    .when(F.col("_copies") >= F.col("_extra"), F.lit("duplicate_delivery"))
-                    .otherwise(F.lit("unexplained")))
-             .when(late, F.lit("late_drop_differs"))
-             .when(kind == restarts.DOUBLE, F.lit("reprocessed_after_restart"))
-             .when(kind == restarts.SUFFIX, F.lit("state_lost_on_restore"))
-             .when(only_order, F.lit("tie_order"))
-             .when(boundary, F.lit("range_boundary"))
-             .when(F.col("_gap").isNotNull(), F.lit("missing_input"))
-             .otherwise(F.lit("unexplained")))
     restart_at = F.coalesce(F.col("_restart_at").cast("string"), F.lit("?"))
-    detail = (F.when((F.col("category") == dup) & F.col("_reemit"), F.format_string(
-        "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
-        "suppress's buffer, restored as it was at the last commit, emitted it again; a compacted table keeps the "
-        "last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at))
-        .when(F.col("category") == dup, F.format_string(
-            "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
-        .when(late, late_detail)
-        .when(kind == restarts.DOUBLE, F.format_string(
+    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
+    cause, detail = first_match([
+        ((F.col("category") == dup) & F.col("_reemit"), "reemitted", F.format_string(
+            "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
+            "suppress's buffer, restored as it was at the last commit, emitted it again; a compacted table keeps "
+            "the last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at)),
+        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
+        (F.col("category") == dup, "unexplained", dup_detail),
+        (late, "late_drop_differs", late_detail),
+        (kind == restarts.DOUBLE, "reprocessed_after_restart", F.format_string(
             "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
             "store restored after the restart already held them and they were processed again; %s",
-            F.col("restart_n"), F.col("_task"), F.col("restart_from"), F.col("restart_to"), _kept()))
-        .when(kind == restarts.SUFFIX, F.format_string(
+            F.col("restart_n"), F.col("_task"), F.col("restart_from"), F.col("restart_to"), _kept())),
+        (kind == restarts.SUFFIX, "state_lost_on_restore", F.format_string(
             "the stream's value is the aggregate of the window's last %d record(s) alone (partition %d offsets "
             "%d-%d): the window had expired in the store restored after the restart, so each record was "
             "aggregated from the initializer and not stored; %s", F.col("restart_n"), F.col("_task"),
-            F.col("restart_from"), F.col("restart_to"), _kept()))
-        .when(only_order, F.concat(F.lit("only order-sensitive columns differ ("), F.array_join("diff_columns", ", "),
-                                   F.lit("); records with equal timestamps: their order is not knowable")))
-        .when(F.col("_end_open"), F.lit("window not closed by the end of the data read "
-                                         "(stream time < window end + grace)"))
-        .when(F.col("_start_open"), F.lit("window starts before the first record read of a partition read "
-                                           "from a later offset"))
-        .when(F.col(bounds.BOUND).isNotNull(), F.col(bounds.BOUND))
-        .when(F.col("_gap").isNotNull(), F.col("_gap"))
-        .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
-        .otherwise(F.lit("no evidence: a logic difference")))
+            F.col("restart_from"), F.col("restart_to"), _kept())),
+        (only_order, "tie_order", F.concat(F.lit("only order-sensitive columns differ ("),
+                                           F.array_join("diff_columns", ", "),
+                                           F.lit("); records with equal timestamps: their order is not knowable"))),
+        (F.col("_end_open"), "range_boundary", "window not closed by the end of the data read "
+                                               "(stream time < window end + grace)"),
+        (F.col("_start_open"), "range_boundary", "window starts before the first record read of a partition read "
+                                                 "from a later offset"),
+        (F.col(bounds.BOUND).isNotNull(), "range_boundary", F.col(bounds.BOUND)),
+        (F.col("_gap").isNotNull(), "missing_input", F.col("_gap")),
+        (F.col("category") == missing, "unexplained", "no evidence why the stream lacks this window"),
+        (None, "unexplained", "no evidence: a logic difference")])
     keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task",
                                                                       "_restart_at")]
     records = (F.when(F.col("cause") == "late_drop_differs", F.col("records"))
@@ -700,27 +689,23 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     out = _bounds_gaps(out, ev, w, end)
     out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
     outside = F.col(bounds.BOUND).isNotNull()
-    cause = (F.when(F.col("category") == dup, F.when(F.col("_copies") >= F.col("_extra"),
-                                                     F.lit("duplicate_delivery")).otherwise(F.lit("unexplained")))
-             .when(F.col("_other").isNotNull() & F.col("_gap").isNotNull(), F.lit("missing_input"))
-             .when(F.col("_other").isNotNull(), F.lit("session_merge_differs"))
-             .when(open_ | outside, F.lit("range_boundary"))
-             .when(F.col("_gap").isNotNull(), F.lit("missing_input"))
-             .otherwise(F.lit("unexplained")))
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
-    detail = (F.when(F.col("category") == dup, F.format_string(
-        "%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies")))
-        .when(F.col("_other").isNotNull() & F.col("_gap").isNotNull(), F.concat(
-            F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise")))
-        .when(F.col("_other").isNotNull(), F.format_string(
+    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
+    other, gap = F.col("_other").isNotNull(), F.col("_gap").isNotNull()
+    cause, detail = first_match([
+        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
+        (F.col("category") == dup, "unexplained", dup_detail),
+        (other & gap, "missing_input", F.concat(
+            F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise"))),
+        (other, "session_merge_differs", F.format_string(
             "the %s has the session %s of this key instead: the records merged differently (their processing "
-            "order, or what the session store still held, differed)", side, F.col("_other")))
-        .when(open_, F.lit(f"window not closed by the end of the data read (stream time {'<' if suppress else '<='} "
-                           "window end + grace" + (" + gap)" if session else ")")))
-        .when(outside, F.col(bounds.BOUND))
-        .when(F.col("_gap").isNotNull(), F.col("_gap"))
-        .when(F.col("category") == missing, F.lit("no evidence why the stream lacks this window"))
-        .otherwise(F.lit("no evidence: a logic difference")))
+            "order, or what the session store still held, differed)", side, F.col("_other"))),
+        (open_, "range_boundary", f"window not closed by the end of the data read (stream time "
+                                  f"{'<' if suppress else '<='} window end + grace" + (" + gap)" if session else ")")),
+        (outside, "range_boundary", F.col(bounds.BOUND)),
+        (gap, "missing_input", F.col("_gap")),
+        (F.col("category") == missing, "unexplained", "no evidence why the stream lacks this window"),
+        (None, "unexplained", "no evidence: a logic difference")])
     keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]
     proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
     return out.select(*keep, *proof, F.lit(None).cast("long").alias("_restart_at"),

@@ -54,11 +54,11 @@ from backfill.plan.definition import Plan
 from backfill.session import release, shallow
 from backfill.time.extract import extract
 from backfill.verify import bounds
+from backfill.verify.catalogue import first_match
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison
 from backfill.verify.tables import is_topic_archive, recorded_gaps, source_committed_ranges, without_committed_gaps
 
 MOVED = "moved"
-JOIN_CAUSES = ("expired_differs", "partner_after_close", "emit_throttle", "processing_order")
 KEYS, COLUMNS = ("key", "ts"), ("value", "position")
 _NULL_KEY = "\u0000"  # stands for a null key in equi-joins (a join forwards null keys in 3.7+)
 INPUT_TYPE = T.ArrayType(T.StructType([
@@ -338,16 +338,15 @@ def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
     throttled = F.pmod(c("emit_seq"), F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])
     joined_row = ~throttled
     copy = c("category") == cmp.label("duplicate")
-    cause = F.when(copy, F.lit("duplicate_delivery")).when(joined_row, F.lit("processing_order")).otherwise(
-        F.lit("emit_throttle"))
-    detail = (F.when(copy, F.concat(F.lit("copy "), c("_occ").cast("string"), F.lit(" of this row in the stream; the "
-                                                                                   "backfill emits it "),
-                                    c("_nb").cast("string"), F.lit(" time(s)")))
-              .when(joined_row, F.lit("a row written after a row of its key that the backfill emits later: the "
-                                      "task processed its records in another order; the values agree"))
-              .otherwise(F.lit("a non-joined row written after a row of its key that the backfill emits later: the "
-                               "stream scans its outer store when its wall-clock throttle allows, the backfill at "
-                               "every trigger; the values agree")))
+    cause, detail = first_match([
+        (copy, "duplicate_delivery", F.concat(F.lit("copy "), c("_occ").cast("string"),
+                                              F.lit(" of this row in the stream; the backfill emits it "),
+                                              c("_nb").cast("string"), F.lit(" time(s)"))),
+        (joined_row, "processing_order", "a row written after a row of its key that the backfill emits later: the "
+                                         "task processed its records in another order; the values agree"),
+        (None, "emit_throttle", "a non-joined row written after a row of its key that the backfill emits later: the "
+                                "stream scans its outer store when its wall-clock throttle allows, the backfill at "
+                                "every trigger; the values agree")])
     return rows.select("*", cause.alias("cause"), detail.alias("detail"), F.lit(None).cast(INPUT_TYPE).alias("inputs"))
 
 
@@ -368,16 +367,17 @@ def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: s
     l_rec = F.when(left_later, _rec("l_", "later")).otherwise(_rec("r_", "later"))
     gone = (c("category") == extra) & ~c("visible")
     could_go = (c("category") == missing) & c("visible") & (c("_next.ts") >= e_ts + F.lit(w.retention))
-    cause = F.when(gone | could_go, F.lit("expired_differs"))
-    detail = (F.when(gone, F.concat(
-        F.lit("when the later record arrived, the backfill's store of the earlier had reached "),
-        _at(c("store_time")),
-        F.lit(": the earlier record (ts "), e_ts.cast("string"), F.lit(") was past its retention of "),
-        F.lit(f"{w.retention} ms; the stream's store still held it")))
-        .when(could_go, F.concat(
+    cause, detail = first_match([
+        (gone, "expired_differs", F.concat(
+            F.lit("when the later record arrived, the backfill's store of the earlier had reached "),
+            _at(c("store_time")),
+            F.lit(": the earlier record (ts "), e_ts.cast("string"), F.lit(") was past its retention of "),
+            F.lit(f"{w.retention} ms; the stream's store still held it"))),
+        (could_go, "expired_differs", F.concat(
             F.lit("the backfill paired them; a record of the earlier one's side at ts "), c("_next.ts").cast("string"),
-            F.lit(", a retention ("), F.lit(str(w.retention)), F.lit(" ms) ahead of it, was processed after the later "
-                                                                     "one: processed first, it expires the earlier"))))
+            F.lit(", a retention ("), F.lit(str(w.retention)),
+            F.lit(" ms) ahead of it, was processed after the later one: processed first, it expires the earlier"))),
+        (None, None, None)])
     inputs = F.when(could_go, F.array(e_rec, l_rec, _next_rec("moves the store on"))).otherwise(F.array(e_rec, l_rec))
     out = cand.select("_id", cause.alias("cause"), detail.alias("detail"), inputs.cast(INPUT_TYPE).alias("inputs"))
     return out
@@ -428,30 +428,29 @@ def _single_causes(rows: DataFrame, single: DataFrame, pairs: DataFrame, written
     partner = F.struct(c("_p_partition").cast("int").alias("partition"), c("_p_offset").cast("long").alias("offset"),
                        c("_p_ts").alias("ts"), F.lit("partner").alias("status"),
                        F.lit(None).cast("string").alias("value"))
-    cause = (F.when(waiting, F.lit("range_boundary")).when(expired, F.lit("expired_differs"))
-             .when(wrote_first | closed_first | came_late, F.lit("partner_after_close")))
-    detail = (F.when(waiting, F.concat(F.lit("its window closes at join stream time "), _at(c("_close")),
-                                       F.lit("; the data read ends at "), _at(c("_end_st")),
-                                       F.lit(": the backfill still holds it, the stream went on")))
-              .when(expired, F.concat(
-                  F.lit("its partner (ts "), c("_p_ts").cast("string"), F.lit(") was past the backfill's store "
-                                                                             "retention ("), F.lit(str(w.retention)),
-                  F.lit(" ms) when they met, so the backfill emits it unmatched; the stream's store still held it")))
-              .when(wrote_first, F.concat(
-                  F.lit("the stream wrote it unmatched (offset "), c("offset").cast("string"),
-                  F.lit(") before its joined row with the partner at ts "), c("_p_ts").cast("string"),
-                  F.lit(" (offset "), c("_j_offset").cast("string"), F.lit("): its window had closed (at "),
-                  _at(c("_close")),
-                  F.lit(") before the partner arrived; in the backfill the partner came first")))
-              .when(closed_first, F.concat(
-                  F.lit("in the backfill its partner (ts "), c("_p_ts").cast("string"),
-                  F.lit(") arrived before the window closed at "), _at(c("_close")), F.lit("; a record at ts "),
-                  c("_next.ts").cast("string"), F.lit(" from another partition, processed first, closes it and the "
-                                                     "stream emits it unmatched")))
-              .when(came_late, F.concat(
-                  F.lit("the backfill emitted it unmatched when its window closed (at "), _at(c("_close")),
-                  F.lit("), before its partner (ts "), c("_p_ts").cast("string"),
-                  F.lit(") arrived; the stream processed the partner first"))))
+    cause, detail = first_match([
+        (waiting, "range_boundary", F.concat(F.lit("its window closes at join stream time "), _at(c("_close")),
+                                             F.lit("; the data read ends at "), _at(c("_end_st")),
+                                             F.lit(": the backfill still holds it, the stream went on"))),
+        (expired, "expired_differs", F.concat(
+            F.lit("its partner (ts "), c("_p_ts").cast("string"),
+            F.lit(") was past the backfill's store retention ("), F.lit(str(w.retention)),
+            F.lit(" ms) when they met, so the backfill emits it unmatched; the stream's store still held it"))),
+        (wrote_first, "partner_after_close", F.concat(
+            F.lit("the stream wrote it unmatched (offset "), c("offset").cast("string"),
+            F.lit(") before its joined row with the partner at ts "), c("_p_ts").cast("string"),
+            F.lit(" (offset "), c("_j_offset").cast("string"), F.lit("): its window had closed (at "),
+            _at(c("_close")), F.lit(") before the partner arrived; in the backfill the partner came first"))),
+        (closed_first, "partner_after_close", F.concat(
+            F.lit("in the backfill its partner (ts "), c("_p_ts").cast("string"),
+            F.lit(") arrived before the window closed at "), _at(c("_close")), F.lit("; a record at ts "),
+            c("_next.ts").cast("string"),
+            F.lit(" from another partition, processed first, closes it and the stream emits it unmatched"))),
+        (came_late, "partner_after_close", F.concat(
+            F.lit("the backfill emitted it unmatched when its window closed (at "), _at(c("_close")),
+            F.lit("), before its partner (ts "), c("_p_ts").cast("string"),
+            F.lit(") arrived; the stream processed the partner first"))),
+        (None, None, None)])
     inputs = F.when(closed_first, F.array(this, partner, _next_rec("closes the window"))).otherwise(
         F.when(c("_p_seq").isNotNull(), F.array(this, partner)).otherwise(F.array(this)))
     return cand.select("_id", cause.alias("cause"), detail.alias("detail"), inputs.cast(INPUT_TYPE).alias("inputs"))

@@ -13,40 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backfill.verify.runner import SEVERITY, Outcome, Section
+from backfill.verify.catalogue import BY_NAME, SEVERITY
+from backfill.verify.runner import Outcome, Section
 
-CAUSE_TEXT = {
-    "late_drop_differs": "the record set differs by records one side dropped as late and the other did not "
-                         "(stream time differed: restart, live edge); the records are shown",
-    "range_boundary": "a window the stream has, incomplete in the data read (not closed by the end of the data, "
-                      "or starting before it), or a window straddling a bound of the streaming output the evidence "
-                      "shows (the declared range, or where the stream's output of its task starts or ends)",
-    "tie_order": "an order-sensitive aggregation over records with equal timestamps: their order is not knowable",
-    "duplicate_delivery": "the stream wrote the same result more than once (at-least-once delivery)",
-    "missing_input": "the archived input has an offset gap while the window was open",
-    "reprocessed_after_restart": "after a restart, records processed between the last commit and the crash were "
-                                 "applied a second time (the restored state already held them); the records are "
-                                 "shown",
-    "reemitted": "a window emitted again after a restart (suppress's buffer restored as of the last commit); a "
-                 "compacted table keeps the last emission",
-    "state_lost_on_restore": "after a restart, the window had expired in the restored store: the stream counted "
-                             "only its last records; the records are shown",
-    "session_merge_differs": "the other side has a different session of the same key within a gap of this one: "
-                             "the records merged differently (processing order, or what the store still held)",
-    "expired_differs": "a join row pairs two records, and the earlier was past its store's retention when the "
-                       "later arrived on one side only (the order decided it); the records are shown",
-    "partner_after_close": "a non-joined row: whether its window closed before its partner arrived depends on "
-                           "how the partitions interleaved; the records are shown",
-    "emit_throttle": "a non-joined row of the outer store, same values, written at another position: the stream "
-                     "emits them when its wall-clock throttle allows (1 s by default), the backfill at once",
-    "processing_order": "a join row, same values, written at another position: the task processed its records "
-                        "in another order (live edge, ties)",
-    "close_mechanism_differs": "the stream has what the other final mechanism (suppress or emit-on-close) emits: the "
-                               "operator recomputed with it gives exactly the stream's rows; set `close` to it",
-    "cache_coalesced": "the stream's updates of the window are a coalescing of the backfill's (each one of them, in "
-                       "order, the same last): what the record cache's flushes forward",
-    "unexplained": "no evidence explains it: a real logic difference",
-}
 VERDICT_TEXT = {
     "match": "every window matches",
     "explained": "every difference has a cause backed by evidence",
@@ -189,7 +158,7 @@ def _first_look(outcome: Outcome) -> str:
         found = _by_severity(s.causes or {})
         if not found:
             continue
-        links = " ".join(f"<a class=chip style='border-color:{CAUSE_COLOURS.get(c, '#9fd8ae')}' "
+        links = " ".join(f"<a class=chip style='border-color:{_colour(c)}' "
                          f"href='#cause={_e(c)}&amp;section={_e(s.name)}'>{_e(c)} <span class=muted>{n:,}</span></a>"
                          for c, n in found)
         lead = ""
@@ -209,7 +178,7 @@ def _totals(outcome: Outcome) -> str:
     out = f"<h2>Counts</h2><table id=counts><tr><th>category</th><th>{unit}</th></tr>{rows}</table>"
     causes = outcome.causes
     if causes is not None:
-        rows = "".join(f"<tr><td class=mono>{_e(c)}</td><td class=n>{n:,}</td><td>{_e(CAUSE_TEXT[c])}</td></tr>"
+        rows = "".join(f"<tr><td class=mono>{_e(c)}</td><td class=n>{n:,}</td><td>{_e(BY_NAME[c].meaning)}</td></tr>"
                        for c, n in _by_severity(causes))
         out += (f"<table id=causes><tr><th>cause</th><th>{unit}</th><th>meaning</th></tr>{rows}</table>" if rows
                 else "<div class=muted>no difference needed a cause</div>")
@@ -310,7 +279,7 @@ def _samples(s: Section) -> str:
     options = "".join(f"<option value='{_e(c)}'>{_e(c)}</option>" for c in causes)
     shown = {c: sum((row.get("cause") or "match") == c for row in s.samples) for c in causes}
     chips = "".join(f"<button type=button class=chip data-cause='{_e(c)}' style='border-color:"
-                    f"{CAUSE_COLOURS.get(c, '#9fd8ae')}'>{_e(c)} <span class=muted>{shown[c]}</span></button>"
+                    f"{_colour(c)}'>{_e(c)} <span class=muted>{shown[c]}</span></button>"
                     for c in causes)
     out = ["<h3>Samples</h3>",
            f"<div class=filter data-section='{_e(s.name)}'>{chips}<br>show <select class=f-cause "
@@ -358,13 +327,12 @@ def _inputs(row: dict[str, Any], unit: str = "windows") -> str:
 # ----------------------------------------------------------------------------- plots (matplotlib -> inline SVG)
 
 
-# explained causes in muted colours, what nothing explains in red
-CAUSE_COLOURS = {"unexplained": "#c0392b", "missing_input": "#b9770e", "reprocessed_after_restart": "#8e6c8a",
-                 "state_lost_on_restore": "#a17fa0", "reemitted": "#c2b0c1", "late_drop_differs": "#5d7fa3",
-                 "duplicate_delivery": "#9fb3c8", "tie_order": "#8aa39b", "range_boundary": "#c8ccd2",
-                 "session_merge_differs": "#7fa38f", "expired_differs": "#6c8fb3", "partner_after_close": "#7d9bb8",
-                 "emit_throttle": "#b5c7b0", "processing_order": "#a9b8a4", "close_mechanism_differs": "#9a8fb8",
-                 "cache_coalesced": "#b8c9d9"}
+MATCH_COLOUR = "#9fd8ae"
+
+
+def _colour(cause: str) -> str:
+    """A cause's colour in the catalogue; a matching row's green."""
+    return BY_NAME[cause].colour if cause in BY_NAME else MATCH_COLOUR
 
 
 def _timeline_plot(s: Section) -> str:
@@ -374,14 +342,12 @@ def _timeline_plot(s: Section) -> str:
     fig, ax = plt.subplots(figsize=(11.5, 3.0))
     xs = [_when(t["start"]) for t in s.timeline]
     width = s.timeline[0]["width"] / 86_400_000 * 0.9  # matplotlib dates are days
-    causes = [c for c in CAUSE_COLOURS if any(t.get("causes", {}).get(c) for t in s.timeline)]
+    causes = [c for c in SEVERITY if any(t.get("causes", {}).get(c) for t in s.timeline)]
     bottom = [0.0] * len(s.timeline)
     if causes:  # stacked by cause, the most severe at the bottom
-        for cause in CAUSE_COLOURS:
-            if cause not in causes:
-                continue
+        for cause in causes:
             share = [100.0 * t["causes"].get(cause, 0) / t["rows"] if t["rows"] else 0.0 for t in s.timeline]
-            ax.bar(xs, share, width=width, bottom=bottom, color=CAUSE_COLOURS[cause], align="edge", label=cause)
+            ax.bar(xs, share, width=width, bottom=bottom, color=_colour(cause), align="edge", label=cause)
             bottom = [b + h for b, h in zip(bottom, share)]
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     else:

@@ -39,9 +39,9 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from backfill.errors import SpecError
+from backfill.verify.catalogue import RESTART_CAUSES
 from backfill.verify.reconcile import value_hash
 
-RESTART_CAUSES = ("reprocessed_after_restart", "reemitted", "state_lost_on_restore")
 MAX_WINDOW_RECORDS = 250  # records of one window searched for the run applied twice, with committed offsets
 MAX_WINDOW_RECORDS_UNKNOWN = 24  # the same without them (every run is a candidate: n * n / 2 variants)
 DOUBLE, SUFFIX = 1, 2  # variant kinds: a run of records applied twice; only the last records of the window

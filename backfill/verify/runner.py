@@ -28,6 +28,7 @@ from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
 from backfill.verify import bounds, cache, joins, mechanism, restarts
+from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
@@ -40,12 +41,6 @@ SAMPLES_PER_GROUP = 3
 RECORDS_PER_SAMPLE = 12
 TIMELINE_BUCKETS = 60
 BOOKKEEPING = ("emit_seq", "task", "partition", "offset")
-# the order a reader should look at causes in: what no evidence explains, then what corrupted the stream's
-# values, then what explains a difference without anything to repair
-SEVERITY = ("unexplained", "missing_input", "reprocessed_after_restart", "state_lost_on_restore",
-            "late_drop_differs", "expired_differs", "partner_after_close", "reemitted", "duplicate_delivery",
-            "session_merge_differs", "close_mechanism_differs", "processing_order", "emit_throttle", "tie_order",
-            "cache_coalesced", "range_boundary")
 PROOF_COLUMNS = ("restart_n", "restart_from", "restart_to", "closed_at")
 
 
@@ -102,7 +97,7 @@ class Outcome:
         """Counts per cause over all sections (verify only)."""
         if self.mode != "verify":
             return None
-        total = {c: 0 for c in causes_mod.CAUSES}
+        total = {c: 0 for c in CAUSES}
         for s in self.sections:
             for c, n in (s.causes or {}).items():
                 total[c] = total.get(c, 0) + n
@@ -281,7 +276,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
         notes.append(f"which input records reached the operator: {ev.values_checked_by}")
         notes.append(f"the input's offset gaps: {ev.gaps_from}")
-        attributed, cause_counts, found = None, {c: 0 for c in causes_mod.CAUSES}, []
+        attributed, cause_counts, found = None, {c: 0 for c in CAUSES}, []
         if differs:
             progress(f"{op.name}: attributing causes")
             if windows is None:  # sliding and session windows: what their outputs alone show
@@ -430,7 +425,7 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         counts = {c: 0 for c in joins.categories()}
         for r in rows.groupBy("category").count().collect():
             counts[r["category"]] = r["count"]
-        cause_counts = {c: 0 for c in causes_mod.CAUSES}
+        cause_counts = {c: 0 for c in CAUSES}
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
             run = last_run(plan.runs_sink, plan.job.spec.name, plan.start, plan.end)

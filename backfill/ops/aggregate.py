@@ -21,7 +21,7 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.session import observation_done
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
-                               in_source, task_stream_time)
+                               aggregate_expressions, in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.jobspec.rekeys import rekey_why, rekeys, stream_name
 from backfill.ops.windows import TimeWindows
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class WindowAggregate(Operator):
     """A tumbling or hopping window aggregate by the record key, `emit: updates` or `final`."""
+
+    noun = "window aggregate"
+    verified_as = "windows"
 
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
@@ -124,7 +127,12 @@ class WindowAggregate(Operator):
         assert self.spec is not None
         return aggregate(self.spec, processed, self.stream_time, counts.final_stream_time, dropped)
 
-    def fuses(self) -> bool:
+    def expressions(self) -> list[str] | None:
+        """Its aggregations, re-keys and filters (ops/base.py `aggregate_expressions`)."""
+        assert self.spec is not None
+        return aggregate_expressions(self.spec)
+
+    def one_pass(self) -> bool:
         """Whether it can run in the one pass (plan/fused.py): emit final, not re-keyed, aggregations that
         neither depend on processing order nor read any record column but `value` (the pass hides the value
         from the rows that are not windows, so their groups aggregate nothing but nulls)."""

@@ -13,7 +13,14 @@ evaluator runs it, through these methods only, in this order:
 5. `OperatorResult.publishable()` and `output_suite()`: the rows in the range, with the checks that run
    right before the commit (backfill/checks runs them).
 
-Adding an operator is one module with a subclass plus one line in `registry.py`.
+Beside them, what the rest of the house asks of every operator, answered by the base class where a kind has
+nothing to say: `reads()` and `expressions()` (which record columns and JSON fields the run must keep; by
+default all of them), `one_pass()` (whether plan/fused.py can run it: only a window aggregate says yes),
+`profile` (the Kafka Streams release whose rules apply, set by the registry), `verified_as` and `noun` (how
+`verify` reconciles it, or the one line that says it does not).
+
+Adding an operator is one module with a subclass plus one line in `registry.py`, then the reference engine's
+counterpart and its tests; `verify` reconciles it once its `verified_as` names a way.
 """
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from backfill.errors import PublishError
+from backfill.jobspec import versions
+from backfill.jobspec.rekeys import rekeys
+from backfill.jobspec.topology import wheres
 
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job
@@ -123,6 +133,8 @@ class Operator(ABC):
     not_implemented_reason: str | None = None
     spec: OperatorSpec | None = field(default=None, repr=False, compare=False)
     index: int = field(default=0, repr=False, compare=False)
+    # the Kafka Streams release whose rules apply (jobspec/versions.py; the registry sets the job's)
+    profile: versions.Profile = field(default_factory=lambda: versions.profile(None), repr=False, compare=False)
 
     # the output column that --start/--end select on
     range_column: ClassVar[str] = "window_start"
@@ -130,8 +142,11 @@ class Operator(ABC):
     reads_all: ClassVar[bool] = False
     # its inputs are one task's queues (Kafka Streams co-partitioning); False: they are not partitioned together
     copartitioned: ClassVar[bool] = True
+    # how `verify` reconciles its output with a stream's (verify/runner.py: "windows", "join"); None: it does not
+    noun: ClassVar[str] = "operator"  # what a message calls it
+    verified_as: ClassVar[str | None] = None
     # printed by `plan --json` (everything but the job's own spec and the position)
-    HIDDEN: ClassVar[tuple[str, ...]] = ("spec", "index")
+    HIDDEN: ClassVar[tuple[str, ...]] = ("spec", "index", "profile")
 
     @classmethod
     @abstractmethod
@@ -178,10 +193,21 @@ class Operator(ABC):
         """Records beyond null keys and source drops that may give it ledger rows (found in one scan)."""
         return None
 
+    def expressions(self) -> list[str] | None:
+        """The SQL texts it evaluates over its records (aggregations, a joiner, re-keys, filters): a run reads only
+        the fields of a JSON value that they name (plan/evaluator.py `value_fields`). None, the default: the whole
+        value, so a kind that does not say what it reads is never narrowed."""
+        return None
+
+    def one_pass(self) -> bool:
+        """Whether the one pass (plan/fused.py) can run it, counting included; only a window aggregate can."""
+        return False
+
     # ------------------------------------------------------------------ counting pass
     @abstractmethod
-    def count_columns(self, live: Column) -> list[Column]:
-        """Aggregations over the ordered records (grouped by source, drop, task); `live`: processed records."""
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
+        """Aggregations over the ordered records (grouped by source, drop, task); `live`: processed records;
+        `late`: the one pass's late columns, given only to an operator whose `one_pass()` holds."""
 
     @abstractmethod
     def counts(self, rows: list[Any]) -> OperatorCounts:
@@ -198,6 +224,20 @@ class Operator(ABC):
     def output_suite(self, output: DataFrame) -> OutputSuite | None:
         """The expectations its staged output must meet before the commit (None: none yet)."""
         return None
+
+
+def around(spec: OperatorSpec) -> list[str]:
+    """The texts every operator evaluates around itself: its re-keys and its filters."""
+    return [r.spec.key for r in rekeys(spec)] + list(wheres(spec).values())
+
+
+def aggregate_expressions(spec: OperatorSpec) -> list[str]:
+    """An aggregate's `expressions()`: its aggregations (a fold's init, step and merge), re-keys and filters."""
+    assert spec.aggregate is not None
+    texts: list[str] = []
+    for agg in spec.aggregate.aggregations.values():
+        texts += [agg] if isinstance(agg, str) else [agg.fold.init, agg.fold.step, agg.fold.merge or ""]
+    return texts + around(spec)
 
 
 def in_source(name: str) -> Column:

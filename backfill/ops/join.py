@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
@@ -32,7 +32,7 @@ from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
 from backfill.ops.expressions import joiner_sql
 from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
@@ -61,11 +61,9 @@ def emit_seq(out_seq: int, phase: int, idx: int) -> int:
 class StreamJoin(Operator):
     """A KStream-KStream join: inner, left or outer, JoinWindows before/after/grace (10)."""
 
-    # the Kafka Streams release whose join rules apply (jobspec/versions.py)
-    rules: versions.Profile = field(default_factory=lambda: versions.profile(None), compare=False)
-
+    noun = "stream-stream join"
+    verified_as = "join"
     range_column = "ts"  # a join row's range is its timestamp
-    HIDDEN = (*Operator.HIDDEN, "rules")
 
     def grace_ms(self) -> int:
         assert self.spec is not None and self.spec.join is not None
@@ -89,7 +87,7 @@ class StreamJoin(Operator):
         text = (f"{join_spec.how}, before {format_duration(w.before)} after {format_duration(w.after)} grace "
                 f"{format_duration(w.grace)}" + (" (eager: spurious-result fix off)" if w.eager else ""))
         base = {"name": spec.name, "kind": "join", "inputs": tuple(spec.inputs), "window": text, "emit": "updates",
-                "sink": sink, "spec": spec, "index": index, "rules": versions.profile(job.spec.kafka_streams)}
+                "sink": sink, "spec": spec, "index": index, "profile": versions.profile(job.spec.kafka_streams)}
         if join_spec.left == join_spec.right:
             return cls(**base, implemented=False, not_implemented_reason=(
                 "self-joins (left and right the same source) are not implemented; declare the topic twice"))
@@ -116,6 +114,11 @@ class StreamJoin(Operator):
         assert self.spec is not None and self.spec.join is not None
         return self.spec.join
 
+    def expressions(self) -> list[str] | None:
+        """Its joiner (`value`), re-keys and filters."""
+        assert self.spec is not None
+        return [self.join_spec.value, *around(self.spec)]
+
     def reads(self) -> frozenset[str] | None:
         """`seq` (the task order) and `timestamp` (a joiner field) always; `headers` only when a re-key names
         them (a joiner cannot). The rest of the record goes: headers are then not decoded, and no partition
@@ -127,17 +130,17 @@ class StreamJoin(Operator):
     def stream_time_columns(self) -> dict[str, Column]:
         """ST_j and both window stores' times."""
         assert self.spec is not None
-        return stream_time_columns(self.spec, self.stream_time, self.rules)
+        return stream_time_columns(self.spec, self.stream_time, self.profile)
 
-    def count_columns(self, live: Column) -> list[Column]:
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Records reaching the join and those it skips for a null key or value (docs/semantics.md §5.5)."""
         spec = self.join_spec
         assert self.spec is not None
         left, right = join_streams(self.spec)
         mine = F.col("source").isin(left, right) & F.col("_drop").isNull() & live
         outer = {"inner": [], "left": [left], "outer": [left, right]}[spec.how]
-        forwarded = (F.col("source").isin(*outer) if outer and self.rules.join_null_keys_reach_join else F.lit(False)) \
-            & F.col("value").isNotNull()
+        forwards = outer and self.profile.join_null_keys_reach_join
+        forwarded = (F.col("source").isin(*outer) if forwards else F.lit(False)) & F.col("value").isNotNull()
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull() & ~forwarded, 1)).alias(self.stat("nullkey")),
                 F.count(F.when(mine & F.col("key").isNotNull() & F.col("value").isNull(), 1)
@@ -160,7 +163,7 @@ class StreamJoin(Operator):
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Joined pairs, non-joined rows, the outer store's emissions; `expired` and null ledger rows."""
         assert self.spec is not None
-        return join(self.spec, processed, self.stream_time, self.rules, counts)
+        return join(self.spec, processed, self.stream_time, self.profile, counts)
 
     def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
         """Null drops counted per record must all be in the ledger. `run` counted the records that contributed

@@ -11,7 +11,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from backfill.ops.aggregate import reaches
-from backfill.ops.base import Operator, OperatorCounts, in_source
+from backfill.ops.base import Operator, OperatorCounts, aggregate_expressions, in_source
 from backfill.ops.expressions import compile_aggregations
 from backfill.jobspec.rekeys import rekeys, stream_name
 
@@ -19,6 +19,9 @@ from backfill.jobspec.rekeys import rekeys, stream_name
 @dataclass(frozen=True)
 class KernelAggregate(Operator):
     """A window aggregate by the record key whose windows come from a per-task kernel."""
+
+    noun = "window aggregate"
+    verified_as = "windows"
 
     # sliding windows skip records with a null value (docs/semantics.md §10.2); sessions aggregate them (§11.2)
     drops_null_values: ClassVar[bool] = False
@@ -29,6 +32,11 @@ class KernelAggregate(Operator):
         assert self.spec is not None
         reach = reaches(self.spec)
         return {self.stream_time: reach & F.col("value").isNotNull() if self.drops_null_values else reach}
+
+    def expressions(self) -> list[str] | None:
+        """Its aggregations, re-keys and filters (ops/base.py `aggregate_expressions`)."""
+        assert self.spec is not None
+        return aggregate_expressions(self.spec)
 
     def reads(self) -> frozenset[str] | None:
         """`seq` always (the kernel replays the task order); `timestamp` and `headers` for folds or when named."""
@@ -48,7 +56,7 @@ class KernelAggregate(Operator):
         """The ledger reasons of records skipped before the store."""
         return ("null_key", "null_value") if self.drops_null_values else ("null_key",)
 
-    def count_columns(self, live: Column) -> list[Column]:
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Records in, null drops, the last stream time per task; late records come from the kernel."""
         assert self.spec is not None and self.spec.aggregate is not None
         mine = in_source(stream_name(self.spec)) & live

@@ -1,6 +1,9 @@
 """Part: operators. Which Operator class runs which job operator: the one place a new operator registers."""
 from __future__ import annotations
 
+import dataclasses
+
+from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
 from backfill.ops.aggregate import WindowAggregate
@@ -38,4 +41,6 @@ def kind_of(spec: OperatorSpec) -> str:
 def operator_for(job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
                  end: int | None) -> Operator:
     """The planned operator for the job's operator number `index` over the range [start, end)."""
-    return OPERATORS[kind_of(spec)].from_job(job, spec, index, sink, start, end)
+    op = OPERATORS[kind_of(spec)].from_job(job, spec, index, sink, start, end)
+    profile = versions.profile(job.spec.kafka_streams)
+    return op if op.profile == profile else dataclasses.replace(op, profile=profile)

@@ -129,6 +129,8 @@ def build_timeline(messages: list[tuple[Axis, str | None]], spec: RulesSpec, nam
 class RulesOperator(Operator):
     """The `rules` operator of a job: alerts of per-event lookback rules."""
 
+    noun = "rules operator"
+
     range_column = "ts"  # an alert's range is its transaction's timestamp
     reads_all = True  # a state holds what arrived before: history before --start and after --end counts
     copartitioned = False  # rule messages are broadcast to every transaction
@@ -153,8 +155,8 @@ class RulesOperator(Operator):
                    why=tuple(why), spec=spec, index=index)
 
     @property
-    def rules(self) -> RulesSpec:
-        """The job's rules operator."""
+    def rule_set(self) -> RulesSpec:
+        """The job's rules operator: its transactions, its rule messages and how it reads them."""
         assert self.spec is not None and self.spec.rules is not None
         return self.spec.rules
 
@@ -162,10 +164,10 @@ class RulesOperator(Operator):
         """None: Flink's rule engine has no stream time; its watermark is computed in `run`."""
         return {}
 
-    def count_columns(self, live: Column) -> list[Column]:
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Transactions and rule messages in."""
-        return [F.count(F.when(in_source(self.rules.input) & live, 1)).alias(self.stat("tx")),
-                F.count(F.when(in_source(self.rules.rules) & live, 1)).alias(self.stat("msgs"))]
+        return [F.count(F.when(in_source(self.rule_set.input) & live, 1)).alias(self.stat("tx")),
+                F.count(F.when(in_source(self.rule_set.rules) & live, 1)).alias(self.stat("msgs"))]
 
     def counts(self, rows: list[Any]) -> OperatorCounts:
         """Records in; `run` counts the contributing ones from their own fates, and `settle` takes the drops from
@@ -195,7 +197,7 @@ class RulesOperator(Operator):
 
 # ------------------------------------------------------------------------------------------------ the run
 def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> OperatorResult:
-    spec = op.rules
+    spec = op.rule_set
     given = "_recorded_seq" in processed.columns
     base = processed.where(F.col("_drop").isNull())
     first = F.col("_recorded_seq") if given else F.col("ts")
@@ -390,7 +392,7 @@ def _alerts(found: DataFrame, tx: DataFrame, tl: RuleTimeline) -> DataFrame:
 
 def _ledger(op: RulesOperator, base: DataFrame, tx: DataFrame, tl: RuleTimeline) -> DataFrame:
     """Transactions no rule could see or read, and rule messages the live job would drop."""
-    spec = op.rules
+    spec = op.rule_set
     reason = (F.when(F.col("_null_value"), F.lit("null_value"))
               .when(F.col("_t").isNull(), F.lit("invalid_timestamp"))
               .when(F.size("_present") == 0, F.lit("no_rule")).otherwise(F.lit("invalid_field")))

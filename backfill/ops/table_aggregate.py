@@ -23,7 +23,8 @@ from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import rekey_why, rekeys, stream_name
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops, in_source
+from backfill.ops.base import (Operator, OperatorCounts, OperatorResult, aggregate_expressions, check_null_drops,
+                               in_source)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.sqldialect import SparkSQL
 
@@ -36,6 +37,8 @@ NULL_VALUE = "null_value"
 @dataclass(frozen=True)
 class TableAggregate(Operator):
     """KGroupedStream#aggregate: one row per record reaching it, the key's aggregate so far."""
+
+    noun = "table aggregation"
 
     range_column = "ts"  # an update's range is its timestamp
     reads_all = True  # a key's aggregate holds every record of the key since the beginning
@@ -57,6 +60,11 @@ class TableAggregate(Operator):
         """A table has no stream time: nothing is late, nothing closes."""
         return {}
 
+    def expressions(self) -> list[str] | None:
+        """Its aggregations, re-keys and filters (ops/base.py `aggregate_expressions`)."""
+        assert self.spec is not None
+        return aggregate_expressions(self.spec)
+
     def reads(self) -> frozenset[str] | None:
         """`seq` (the order of updates); `timestamp` and `headers` for folds or where named."""
         aggs = self._aggs()
@@ -74,7 +82,7 @@ class TableAggregate(Operator):
         assert self.spec is not None
         return in_source(stream_name(self.spec))
 
-    def count_columns(self, live: Column) -> list[Column]:
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Records in, null keys, null values (KStreamAggregate skips both)."""
         mine = self._mine() & live
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),

@@ -28,7 +28,7 @@ from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult, check_null_drops
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
 from backfill.ops.expressions import joiner_sql
 
 if TYPE_CHECKING:
@@ -45,13 +45,14 @@ STRIDE = 2**20  # emit_seq = the releasing record's seq * STRIDE + the release p
 class TableJoin(Operator):
     """A KStream-KTable join, inner or left, with a plain or a versioned table."""
 
-    rules: versions.Profile = field(default_factory=lambda: versions.profile(None), compare=False)
+    noun = "stream-table join"
+
     # what run() found, counted by settle() (an inner join's unmatched records, the rows emitted)
     found: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     range_column = "ts"  # a join row's range is its (stream record's) timestamp
     reads_all = True  # the table is the latest value of every key since the beginning
-    HIDDEN = (*Operator.HIDDEN, "rules", "found")
+    HIDDEN = (*Operator.HIDDEN, "found")
 
     @classmethod
     def from_job(cls, job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
@@ -85,13 +86,18 @@ class TableJoin(Operator):
                "key's latest value since the beginning); table records are put into the table as the task takes "
                "them, and emit nothing"]
         return cls(name=spec.name, kind="join", inputs=(join.left, join.table), window=text, emit="updates",
-                   sink=sink, spec=spec, index=index, rules=rules, why=tuple(why))
+                   sink=sink, spec=spec, index=index, profile=rules, why=tuple(why))
 
     @property
     def join_spec(self) -> JoinSpec:
         """The job's join."""
         assert self.spec is not None and self.spec.join is not None
         return self.spec.join
+
+    def expressions(self) -> list[str] | None:
+        """Its joiner (`value`), re-keys and filters."""
+        assert self.spec is not None
+        return [self.join_spec.value, *around(self.spec)]
 
     def reads(self) -> frozenset[str] | None:
         """`seq` (the task order) and `timestamp` (a joiner field)."""
@@ -107,9 +113,9 @@ class TableJoin(Operator):
 
     def _forwards_null_keys(self) -> bool:
         """A left join forwards a null-key stream record with a null table side (3.7+, KIP-962)."""
-        return self.join_spec.how == "left" and self.rules.join_null_keys_reach_join
+        return self.join_spec.how == "left" and self.profile.join_null_keys_reach_join
 
-    def count_columns(self, live: Column) -> list[Column]:
+    def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Records in; skipped null keys (both inputs) and null values (stream); forwarded null keys."""
         j = self.join_spec
         base = F.col("_drop").isNull() & live

@@ -212,8 +212,7 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
     for op in rekeyed:
         assert op.spec is not None
         n = partitions_of(op.spec, declared, observed)
-        rules = getattr(op, "rules", None)
-        topics = rekeys(op.spec, rules.join_null_keys_reach_join if rules is not None else True)
+        topics = rekeys(op.spec, op.profile.join_null_keys_reach_join)
         upstream = ordered.where(_passes(op)) if _passes(op) is not None else ordered  # filtered before the topic
         parts = [repartition(r, upstream, n, beyond) for r in topics]
         parts += [as_is(upstream, src, name, beyond) for src, name in copied(op.spec)]
@@ -437,15 +436,10 @@ def value_fields(plan: Plan) -> set[str] | None:
     the whole value (an expression names `value` itself, or an operator reads it as text)."""
     texts: list[str] = []
     for op in plan.operators:
-        spec = op.spec
-        if spec is None or spec.rules is not None:
+        mine = op.expressions()
+        if mine is None:  # the whole value (ops/base.py: a kind that does not say is never narrowed)
             return None
-        if spec.aggregate is not None:
-            for agg in spec.aggregate.aggregations.values():
-                texts += [agg] if isinstance(agg, str) else [agg.fold.init, agg.fold.step, agg.fold.merge or ""]
-        if spec.join is not None:
-            texts.append(spec.join.value)
-        texts += [r.spec.key for r in rekeys(spec)] + list(wheres(spec).values())
+        texts += mine
     fields: set[str] = set()
     for text in texts:
         for m in VALUE_REF.finditer(text):

@@ -54,7 +54,7 @@ def fusable(plan: Plan) -> WindowAggregate | None:
     if plan.given_order or len(plan.operators) != 1 or len(plan.sources) != 1:
         return None
     op = plan.operators[0]
-    return op if isinstance(op, WindowAggregate) and op.fuses() else None
+    return op if op.one_pass() and isinstance(op, WindowAggregate) else None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from backfill.verify import bounds, cache, joins, mechanism, restarts
 from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
+from backfill.ops.registry import OPERATORS, kind_of
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
@@ -209,11 +210,12 @@ def targets_for(plan: Plan, against: list[str]) -> list[Target]:
 def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str],
                     tolerances: dict[str, Tolerance], progress: Progress,
                     commits: restarts.Commits | None = None, corrections: Path | None = None) -> Section:
-    """Read, normalise, compare, attribute and check one operator."""
-    if plan.job.spec.operator(target.operator).join is not None:
+    """Read, normalise, compare, attribute and check one operator, as its kind is verified (ops/registry.py)."""
+    how = _verified_as(plan, target.operator)
+    if how == "join":
         return verify_join(spark, plan, target, maps, progress, corrections)
-    op = _window_operator(plan, target.operator)
-    assert op.aggregate is not None
+    op = plan.job.spec.operator(target.operator)
+    assert how == "windows" and op.aggregate is not None and op.aggregate.window is not None
     kind = op.aggregate.window.type
     windows = TimeWindows.of(op.aggregate.window) if kind in ("tumbling", "hopping") else None
     width = windows.size if windows is not None else int(op.aggregate.window.time_difference or 0)
@@ -497,12 +499,13 @@ def _join_samples(rows: DataFrame, attributed: DataFrame | None) -> list[dict[st
                                       str(r["key"]), r["ts"] or 0))
 
 
-def _window_operator(plan: Plan, name: str) -> OperatorSpec:
-    op = plan.job.spec.operator(name)
-    if op.aggregate is None:
-        raise SpecError(f"operators.{name}: verify reconciles window aggregates and joins; this operator is a "
-                        f"{op.kind}; use backfill diff for other outputs")
-    return op
+def _verified_as(plan: Plan, name: str) -> str:
+    """How verify reconciles the operator's output (its class's `verified_as`); one line where it does not."""
+    cls = OPERATORS[kind_of(plan.job.spec.operator(name))]
+    if cls.verified_as is None:
+        raise SpecError(f"operators.{name}: verify reconciles window aggregates and stream-stream joins; this "
+                        f"operator is a {cls.noun}; compare its output with backfill diff")
+    return cls.verified_as
 
 
 def _published(plan: Plan, name: str) -> TableRef:

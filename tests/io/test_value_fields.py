@@ -107,3 +107,22 @@ def test_values_that_are_all_empty_objects(tmp_path, spark):
     got = run_job(tmp_path, job, {})
     assert got.code == 0, got.stderr
     assert max(got.outputs["agg"], key=lambda r: r["emit_seq"])["n"] == 3 and got.ledger == []
+
+
+def test_an_operator_kind_that_does_not_say_what_it_reads_is_never_narrowed(tmp_path):
+    import dataclasses
+
+    from backfill.ops.base import Operator
+    from backfill.ops.registry import OPERATORS
+
+    (tmp_path / "job.yaml").write_text(_job(tmp_path, "{total: sum(value.amount)}"))
+    plan = build_plan(load_job(tmp_path / "job.yaml"), None, None)
+    assert value_fields(plan) == {"amount"}
+    op = plan.operators[0]
+    # the same operator as a kind that inherits Operator.expressions (says nothing): the whole value is read
+    silent = type("Silent", (type(op),), {"expressions": Operator.expressions})
+    mute = silent(**{f.name: getattr(op, f.name) for f in dataclasses.fields(op)})
+    assert value_fields(dataclasses.replace(plan, operators=(mute,))) is None
+    # every registered kind but the rules operator (it reads its values as text) says what it reads
+    saying = {kind for kind, cls in OPERATORS.items() if cls.expressions is not Operator.expressions}
+    assert saying == set(OPERATORS) - {"rules"}

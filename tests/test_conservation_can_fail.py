@@ -3,7 +3,8 @@ record's ledger row makes the run fail (exit 2, nothing published). Session and 
 contributing and late records, and their late pairs, in the kernel; deriving them from the ledger's totals
 made both checks true by construction. A join counts the records that reach it and takes away the expired ones
 (their store refused them and they found nothing), counted apart from the ledger rows made of them. A rules
-operator counts the transactions some rule version could read and the rule messages that parsed."""
+operator counts the transactions some rule version could read and the rule messages that parsed. A window
+aggregate's null keys must all be in its ledger, and its late records are counted, not left over."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,6 +68,17 @@ def _fails_without_its_rows(job: Path, kind: str, reason: str, monkeypatch: Any)
 @pytest.mark.parametrize("kind", ["session", "sliding"])
 def test_a_late_record_without_its_ledger_row_fails_the_run(tmp_path: Path, kind: str, monkeypatch: Any) -> None:
     _fails_without_its_rows(_job(tmp_path, kind), kind, LATE, monkeypatch)
+
+
+def test_a_null_key_record_of_a_window_aggregate_without_its_ledger_row_fails_the_run(tmp_path: Path,
+                                                                                   monkeypatch: Any) -> None:
+    """The aggregate's null keys were counted and never compared with its ledger; its late records were the
+    remainder of the others."""
+    job = _job(tmp_path, "session")
+    write_jsonl(tmp_path / "in.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": "v",
+                                         "timestamp": t} for i, (k, t) in enumerate([*RECORDS, (None, 3000)])])
+    job.write_text(JOB.format(kind="tumbling", window="{type: tumbling, size: 5s, grace: 0ms}"))
+    _fails_without_its_rows(job, "aggregate", "null_key", monkeypatch)
 
 
 JOIN_JOB = """

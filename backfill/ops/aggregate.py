@@ -21,7 +21,7 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.session import observation_done
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
-                               aggregate_expressions, in_source, task_stream_time)
+                               aggregate_expressions, check_null_drops, in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.jobspec.rekeys import rekey_why, rekeys, stream_name
 from backfill.ops.windows import TimeWindows
@@ -105,12 +105,14 @@ class WindowAggregate(Operator):
         return [F.count(F.when(mine, 1)).alias(self.stat("in")),
                 F.count(F.when(mine & F.col("key").isNull(), 1)).alias(self.stat("nullkey")),
                 F.count(F.when(reach & wc["contributing"], 1)).alias(self.stat("contrib")),
+                F.count(F.when(reach & ~wc["contributing"], 1)).alias(self.stat("all_late")),
                 F.sum(F.when(reach, wc["late"]).otherwise(0)).alias(self.stat("late")),
                 F.max(F.when(live, F.col(self.stream_time))).alias(self.stat("st"))]
 
     def counts(self, rows: list[Any]) -> OperatorCounts:
-        """A record with a null key is dropped; one whose every window is late is dropped as late."""
-        counts = OperatorCounts(dropped={"null_key": 0})
+        """A record with a null key is dropped; one whose every window is late is dropped as late. Each is
+        counted from its own fate, so `in == contributing + dropped` can fail (docs/semantics.md §7.1)."""
+        counts = OperatorCounts(dropped={"null_key": 0, "late": 0})
         for r in rows:
             if r[self.stat("st")] is not None and r["task"] is not None:
                 counts.final_stream_time[r["task"]] = max(counts.final_stream_time.get(r["task"], -1),
@@ -119,8 +121,13 @@ class WindowAggregate(Operator):
             counts.contributing += r[self.stat("contrib")]
             counts.late_pairs += int(r[self.stat("late")] or 0)
             counts.dropped["null_key"] += r[self.stat("nullkey")]
-        counts.dropped["late"] = counts.records_in - counts.contributing - counts.dropped["null_key"]
+            counts.dropped["late"] += r[self.stat("all_late")]
         return counts
+
+    def settle(self, counts: OperatorCounts, ledger: Mapping[str, int]) -> None:
+        """Null keys counted per record must all be in the ledger; a late record's rows are its (record, window)
+        pairs, checked against `late_pairs`."""
+        check_null_drops(self.name, counts, ledger, ("null_key",))
 
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """Updates in processing order, or the windows closed at the end of the data."""

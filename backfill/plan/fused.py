@@ -150,7 +150,7 @@ def stat_rows(plan: Plan, op: WindowAggregate, tasks: Tasks, seen: Counted) -> l
     dropped = {UNREADABLE: counted["_unreadable"], INVALID: counted["_invalid"],
                CONFLICTING_OFFSET: counted["_conflicting"]}
     rows.append({**row, "n": row["n"] - sum(dropped.values())})
-    nothing = {op.stat(k): 0 for k in ("in", "nullkey", "contrib", "late")}
+    nothing = {op.stat(k): 0 for k in ("in", "nullkey", "contrib", "all_late", "late")}
     rows += [{**row, **nothing, "_drop": drop, "n": n, "beyond": 0} for drop, n in dropped.items() if n]
     if counted["_fatal"]:
         rows.append({"source": source, "_drop": None, "_fatal": "fatal", "task": None})
@@ -164,8 +164,7 @@ def stat_rows(plan: Plan, op: WindowAggregate, tasks: Tasks, seen: Counted) -> l
                             f"hold {pairs}; nothing was published (please report it)")
     for r in tasks.rows:
         rows.append({"source": source, "_drop": None, "_fatal": None, "task": r["task"], "n": 0, "beyond": 0,
-                     op.stat("in"): 0, op.stat("nullkey"): 0, op.stat("contrib"): 0, op.stat("late"): 0,
-                     op.stat("st"): r["st"], "topic_lo": None, "topic_hi": None})
+                     **nothing, op.stat("st"): r["st"], "topic_lo": None, "topic_hi": None})
     return rows
 
 

@@ -25,6 +25,7 @@ from backfill.errors import SpecError
 if TYPE_CHECKING:
     from backfill.jobspec.load import Job as JobFile
     from backfill.plan.definition import Plan
+    from backfill.plan.strategy import Strategy
     from backfill.plan.evaluator import RunSummary
     from backfill.verify.runner import Outcome
 
@@ -64,18 +65,21 @@ class PlanResult:
 
     plan: Plan = field(repr=False)
     notes: tuple[str, ...] = ()
+    strategies: tuple[Strategy, ...] = ()  # how a run would execute it (plan/strategy.py)
 
     def to_dict(self) -> dict[str, Any]:
         from backfill.plan.explainer import plan_dict
 
         data = plan_dict(self.plan)
         data["notes"] = [*data["notes"], *self.notes]
+        data["strategies"] = [{"stage": s.stage, "how": s.how, "text": s.text} for s in self.strategies]
         return data
 
     def __str__(self) -> str:
         from backfill.plan.explainer import explain
 
-        return "\n".join([explain(self.plan), *(f"note: {n}" for n in self.notes)])
+        return "\n".join([explain(self.plan), *(s.line() for s in self.strategies),
+                          *(f"note: {n}" for n in self.notes)])
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython / Jupyter
         printer.text(str(self))
@@ -90,23 +94,26 @@ def plan_job(path: str | Path, start: Instant = None, end: Instant = None, spark
     from backfill.jobspec.load import load_job as load
     from backfill.plan.builder import build_plan
 
+    from backfill.plan import strategy
+
     the_plan = build_plan(load(path), instant_ms(start, "--start"), instant_ms(end, "--end"))
-    return PlanResult(the_plan, tuple(_session_notes(spark, profile)))
+    note = _session_note(spark, profile)
+    chosen = strategy.strategies(the_plan, operator=note is None, input_bytes=strategy.file_bytes(the_plan))
+    return PlanResult(the_plan, (note,) if note else (), tuple(chosen))
 
 
-def _session_notes(spark: Any, profile: str | None) -> list[str]:
-    """Without starting Spark: what the session a run would use cannot do (the given one's, a Connect one's)."""
+def _session_note(spark: Any, profile: str | None) -> str | None:
+    """Without starting Spark: what the session a run would use cannot do (the given one's, a Connect one's);
+    None: it reaches backfill's JVM operator."""
     from backfill import session
 
     if spark is not None:
-        note = session.operator_note(spark)
-    elif session.remote_url(profile, say=_quiet) is not None:
-        note = session.ORDERING_NOTE.format(why="a Spark Connect session")
-    elif not session.OPS_JAR.is_file():
-        note = session.ORDERING_NOTE.format(why=f"{session.OPS_JAR} is not built: run scripts/setup.sh")
-    else:
-        note = None
-    return [note] if note else []
+        return session.operator_note(spark)
+    if session.remote_url(profile, say=_quiet) is not None:
+        return session.ORDERING_NOTE.format(why="a Spark Connect session")
+    if not session.OPS_JAR.is_file():
+        return session.ORDERING_NOTE.format(why=f"{session.OPS_JAR} is not built: run scripts/setup.sh")
+    return None
 
 
 def run_job(path: str | Path, start: Instant = None, end: Instant = None, *, spark: Any = None,

@@ -43,6 +43,9 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         console.print(f"  {name} -> {sink['path']} ({sink['rows']:,} rows{version})", highlight=False)
     for warning in summary.get("warnings", []):
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if summary.get("strategies"):  # as `backfill plan` prints them (plan/strategy.py)
+        console.print("[dim]strategies: " + "; ".join(f"{stage} {how}" for stage, how in summary["strategies"].items())
+                      + "[/]", highlight=False)
     console.print(f"{summary['records_in']:,} records in {summary['duration_s']:.1f} s "
                   f"({summary['records_per_s']:,.0f} records/s); every record accounted for", highlight=False)
 

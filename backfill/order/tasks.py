@@ -10,7 +10,7 @@ in two streamed passes, or, in a session without the operator's jar, by the same
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import or_
 from typing import Any
@@ -37,6 +37,41 @@ RARE = ("_problem", "_where", "_raw_ts", "_fatal")
 _RARE = "_rare"
 
 
+# the ways order_records orders a task's records: the same values every way (docs/semantics.md §2-§3)
+STREAMED = "streamed"  # one queue per task: one sorted pass by backfill's JVM operator (RunningValues)
+MERGED = "merged"  # several queues, or a recorded order: backfill's JVM operator (MergedQueues), streamed
+MERGED_BY_TASK = "merged_by_task"  # several queues, no operator: the heap per task in Python, then Spark windows
+CHUNKS = "chunks"  # one queue, no operator, a large input: Spark windows chunk by chunk, each chunk stored
+WINDOWS = "windows"  # Spark's windows over whole tasks
+ORDERINGS = {
+    STREAMED: "each task's records in one sorted pass by backfill's JVM operator (RunningValues); no task is "
+              "buffered",
+    MERGED: "each task's queues merged as Kafka Streams' heap takes them, by backfill's JVM operator (MergedQueues) "
+            "in two sorted passes; only a run of tied heads is buffered",
+    MERGED_BY_TASK: "each task's queues merged as Kafka Streams' heap takes them, in Python per task "
+                    "(order/merge.py), then Spark's windows over the task: each task is buffered whole",
+    CHUNKS: "Spark's windows over chunks of a task's offsets, each chunk stored once (a large input without "
+            "backfill's JVM operator)",
+    WINDOWS: "Spark's windows over whole tasks: each task is buffered whole",
+}
+
+
+def ordering(single_queue: bool, given_order: bool, operator: bool, large: Callable[[], bool],
+             chunkable: bool = True, queues: bool = True) -> str:
+    """How order_records orders the records: the one rule `run` follows and `plan` prints (plan/strategy.py).
+    `operator`: backfill's JVM operator is reachable; `large()`: the input is above CHUNKED_ABOVE (asked only
+    where it decides); `chunkable`: the caller can keep a chunked order; `queues`: the task's queues are known."""
+    if not single_queue and not given_order:
+        return MERGED if operator else MERGED_BY_TASK
+    if given_order:
+        return MERGED if operator and queues else WINDOWS
+    if operator and not CHUNKED_PARTITIONS:
+        return STREAMED
+    if chunkable and (CHUNKED_PARTITIONS or large()):
+        return CHUNKS
+    return WINDOWS
+
+
 def recorded_order() -> Window:
     """A recorded processing order (order_by: the source's `seq`), per task."""
     return Window.partitionBy("task").orderBy("seq", "source_rank", "offset")
@@ -44,7 +79,8 @@ def recorded_order() -> Window:
 
 def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order: bool = False,
                   single_queue: bool = False, stored: list[DataFrame] | None = None,
-                  constants: Mapping[str, Any] | None = None, queues: Queues | None = None) -> DataFrame:
+                  constants: Mapping[str, Any] | None = None, queues: Queues | None = None,
+                  taken: list[str] | None = None) -> DataFrame:
     """Add `task`, `seq` (1-based, per task), the partition time with and before the record, and one
     stream time per operator (backfill/columns.py).
 
@@ -62,19 +98,25 @@ def order_records(df: DataFrame, stream_times: Mapping[str, Column], given_order
 
     `queues`: for several queues per task, the sources in declaration order, their sub-topologies and
     read bounds (the merge's rule: order/merge.py); None: one sub-topology, no bounds, sources by rank.
+
+    `taken`: where the way it orders them (`ordering`) is appended, for the run to report.
     """
-    if not single_queue and not given_order:
+    partitions = functools.cache(lambda: CHUNKED_PARTITIONS or ordering_partitions(df))
+    how = ordering(single_queue, given_order, running_values_operator(df) is not None,
+                   lambda: partitions() is not None, chunkable=stored is not None, queues=queues is not None)
+    if taken is not None:
+        taken.append(how)
+    if how in (MERGED, MERGED_BY_TASK) and not given_order:
         return _several_queues(df, stream_times, queues)
-    if given_order and queues is not None and merged_queues_operator(df) is not None:
+    if how == MERGED:
+        assert queues is not None
         return _recorded_streamed(df, stream_times, queues)
-    if single_queue and not given_order:
-        streamed = running_values_operator(df)
-        if streamed is not None and not CHUNKED_PARTITIONS:
-            return _one_queue_streamed(df, stream_times, streamed, constants or {})
-    if single_queue and not given_order and stored is not None:
-        partitions = CHUNKED_PARTITIONS or ordering_partitions(df)
-        if partitions:
-            return _one_queue_in_chunks(df, stream_times, partitions, stored)
+    if how == STREAMED:
+        return _one_queue_streamed(df, stream_times, running_values_operator(df), constants or {})
+    if how == CHUNKS:
+        n = partitions()
+        assert stored is not None and n
+        return _one_queue_in_chunks(df, stream_times, n, stored)
     # hash on task alone satisfies both windows below: one shuffle
     df = df.withColumn("task", F.col("partition")).repartition("task")
     # a source is one topic: a record without a topic of its own is in its partition's queue (docs/semantics.md §7.2)

@@ -37,7 +37,7 @@ from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order.tasks import Queues, check_copartitioned, order_records, spread_partitions
 from backfill.plan import fused, offsets
 from backfill.plan.definition import Plan
-from backfill.plan.fused import fusable
+from backfill.plan import strategy
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops import filters
 from backfill.jobspec.topology import chain_order, task_count, upstream, wheres
@@ -70,6 +70,8 @@ class RunSummary:
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
     gaps: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     gaps_not_checked: dict[str, str] = field(default_factory=dict)
+    # how it ran (plan/strategy.py): stage -> the way taken, as `plan` predicts it
+    strategies: dict[str, str] = field(default_factory=dict)
     operators: dict[str, OperatorCounts] = field(default_factory=dict)
     ledger: dict[str, int] = field(default_factory=dict)
     ledger_rows: int = 0
@@ -146,8 +148,9 @@ def run_plan(plan: Plan, spark: SparkSession, progress: Progress = lambda _: Non
     if not rekeyed:  # what no step reads is not shuffled nor sorted (a re-key's key may read any column)
         records = records.select(*_kept_columns(plan, records.columns))
     stored: list[DataFrame] = []  # intermediate checkpoints (a re-keyed job's upstream order), freed at the end
-    one = fusable(plan) if not any(_passes(op) is not None for op in plan.operators) else None
+    one = strategy.one_pass(plan)
     spread = spread_partitions(records) if one is not None else None  # Spark's estimate of the input
+    summary.strategies[strategy.PASS] = strategy.pass_how(one, spread is not None)
     ordered = _ordered(plan, records, summary, stored)
     # materialised once: every later step (stats, ledger, outputs, checks) reads it instead of re-sorting;
     # a local checkpoint stores rows as they are (measured far cheaper than building the columnar cache).
@@ -182,8 +185,10 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
     names = [s.name for s in plan.sources]
     queues = Queues(tuple(names), subtopologies(plan.job.spec.operators, names),
                     {s.name: s.read_until for s in plan.sources})
+    taken: list[str] = []
     ordered = order_records(records, stream_times, given_order=plan.given_order, single_queue=one is not None,
-                            stored=stored, constants=constants, queues=queues)
+                            stored=stored, constants=constants, queues=queues, taken=taken)
+    summary.strategies[strategy.ORDERING] = taken[0]
     ordered = offsets.checked(plan, ordered, summary.gaps_not_checked)
     if rekeyed:
         ordered = _with_repartitions(plan, records, ordered, rekeyed, summary, stored if stored is not None else [])
@@ -218,7 +223,10 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
         parts += [as_is(upstream, src, name, beyond) for src, name in copied(op.spec)]
         derived = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
         streams = Queues((*[r.topic for r in topics], *[name for _, name in copied(op.spec)]))
-        frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1, queues=streams))
+        taken: list[str] = []
+        frames.append(order_records(derived, op.stream_time_columns(), single_queue=len(parts) == 1, queues=streams,
+                                    taken=taken))
+        summary.strategies[strategy.rekeyed_stage(op.name)] = taken[0]
         for r in topics:
             summary.repartitions[r.topic] = {"from": r.input, "key": r.spec.key, "partitions": n, "operator": op.name}
     types = {f.dataType for df in frames for f in df.schema.fields if f.name == "key"}
@@ -264,7 +272,9 @@ def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary:
     assert op.spec is not None
     if not rekeys(op.spec):
         times = {name: _filtered_view(op, col) for name, col in op.stream_time_columns().items()}
-        chained = order_records(records, times, single_queue=True)
+        taken: list[str] = []
+        chained = order_records(records, times, single_queue=True, taken=taken)
+        summary.strategies[strategy.chained_stage(op.name)] = taken[0]
     else:
         upstream_order = order_records(records, {}, single_queue=True)
         counts = _input_counts(stage, ordered, summary)

@@ -28,6 +28,10 @@ OPERATORS = {
     "one_pass": f"""
   - name: w
     aggregate: {{input: s, window: {HOP}, aggregations: {{n: count(), t: sum(value.amount)}}, emit: final}}""",
+    # the same with a filter (KStream#filter before it): operator by operator
+    "filtered": f"""
+  - name: w
+    aggregate: {{input: s, where: "value.amount > 3", window: {HOP}, aggregations: {{n: count()}}, emit: final}}""",
     # a join: two queues per task
     "join": """
   - name: j
@@ -74,6 +78,7 @@ def test_the_plan_names_the_strategies_the_run_takes(tmp_path: Path, spark: Any,
     planned = _planned(job)
     assert _taken(job) == planned
     expected = {"one_pass": {"ordering": "streamed", "pass": "one_pass"},
+                "filtered": {"ordering": "streamed", "pass": "by_operator"},
                 "join": {"ordering": "merged", "pass": "by_operator"},
                 "rekey_chain": {"ordering": "streamed", "ordering by_user (repartition topic)": "streamed",
                                 "ordering busy (forwarded rows)": "streamed", "pass": "by_operator"}}[kind]

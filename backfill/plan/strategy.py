@@ -16,8 +16,7 @@ from pathlib import Path
 
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.rekeys import copied, rekeys
-from backfill.jobspec.topology import upstream
-from backfill.ops import filters
+from backfill.jobspec.topology import upstream, wheres
 from backfill.ops.aggregate import WindowAggregate
 from backfill.order import tasks
 from backfill.plan import fused
@@ -43,7 +42,7 @@ class Strategy:
 
 def one_pass(plan: Plan) -> WindowAggregate | None:
     """The operator the one pass (plan/fused.py) runs, counting included; None: the operators run one by one."""
-    if any(op.spec is not None and filters.passes(op.spec) is not None for op in plan.operators):
+    if any(op.spec is not None and wheres(op.spec) for op in plan.operators):  # a filter: ops/filters.py
         return None
     return fused.fusable(plan)
 

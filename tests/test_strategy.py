@@ -104,3 +104,15 @@ def test_without_the_operator_and_above_the_size_threshold_both_move(tmp_path: P
     plan = build_plan(load_job(job), None, None)
     predicted = strategy.strategies(plan, operator=False, input_bytes=strategy.file_bytes(plan))
     assert {s.stage: s.how for s in predicted} == taken
+
+
+def test_plan_names_them_without_a_spark_session(tmp_path: Path) -> None:
+    """`plan` starts no JVM: in a fresh process, a filtered job's strategies are still named."""
+    import subprocess
+    import sys
+
+    job = _job(tmp_path, "filtered")
+    got = subprocess.run([sys.executable, "-m", "backfill.cli", "plan", str(job)], capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert "strategy: pass: by_operator (" in got.stdout and "strategy: ordering: " in got.stdout

@@ -151,6 +151,13 @@ def test_backfill_demo_end_to_end(tmp_path: Path) -> None:
     assert 100 < len(alerts) == len(ref)
     assert sorted((r["emit_seq"], r["rule_id"], r["key"], r["value"], r["ts"]) for r in alerts) == \
         [(r["emit_seq"], r["rule_id"], r["key"], r["value"], r["ts"]) for r in ref]
+    # the topology example (PageViewRegion): both engines give the same enriched views and region windows
+    assert "A topology" in text and "backfill plan demo-output/jobs/pageviews_per_region.yaml" in text
+    pageviews = run_reference(load_job(work / "jobs" / "pageviews_per_region.yaml")).outputs
+    for name in ("enriched", "views_per_region"):
+        lines = (work / "out/pageviews_per_region" / f"{name}.jsonl").read_text().splitlines()
+        got = sorted(json.dumps(json.loads(line), sort_keys=True) for line in lines)
+        assert len(got) > 1000 and got == sorted(json.dumps(r, sort_keys=True) for r in pageviews[name])
     backtest = DeltaTable(str(work / "data/gold/alerts_backtest")).to_pyarrow_table().num_rows
     assert backtest > len(alerts)  # a lower limit alerts more
     # the back-test as the demo tells a user to compare it: more and fewer alerts, and changed values

@@ -42,6 +42,8 @@ STREAM = "data/stream/clicks_per_user_1m"  # the simulated streaming output (bac
 JOIN_EXAMPLE = ("jobs/clicks_impressions.yaml", "jobs/samples/clicks.jsonl", "jobs/samples/impressions.jsonl",
                 "jobs/samples/click_attribution_stream.jsonl", "schemas/impression.json", "schemas/ad_click.json")
 STREAM_OPERATOR = "clicks_per_user_1m"
+# Kafka Streams' PageViewRegion shape (a filter, a stream-table join, a re-key, a hopping count), bundled as it is
+PAGEVIEWS = ("jobs/pageviews_per_region.yaml", "jobs/samples/pageviews.jsonl", "jobs/samples/users.jsonl")
 EXAMPLES = 5
 
 ARCHIVE_SCHEMA = pa.schema([
@@ -147,11 +149,12 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
     live = execute(work / "jobs" / "fraud_rules.yaml", None, None, profile, "spark", err, quiet=True)
     execute(work / "jobs" / "fraud_backtest.yaml", None, None, profile, "spark", err, quiet=True)
     backtest = backtest_summary(work)
+    pageviews = execute(work / PAGEVIEWS[0], None, None, profile, "spark", err, quiet=True)
     if as_json:
         print(json.dumps({"sample": sample, "summary": summary, "ledger": _reason_counts(ledger),
                           "late_examples": _examples(ledger, windows), "outputs": _outputs(summary),
-                          "stream_sample": stream, "rules": {"summary": live, "backtest": backtest}},
-                         indent=2, default=str))
+                          "stream_sample": stream, "rules": {"summary": live, "backtest": backtest},
+                          "pageviews": pageviews}, indent=2, default=str))
         return
     print_summary(out, summary)
     explain_drops(out, summary, ledger, windows)
@@ -164,6 +167,20 @@ def run_demo(out: Console, err: Console, profile: str | None, as_json: bool) -> 
               f"[bold]backfill verify {join} --run[/] re-derives the join and explains every difference of it.",
               highlight=False)
     explain_backtest(out, backtest, live)
+    explain_pageviews(out, pageviews)
+
+
+def explain_pageviews(out: Console, summary: dict[str, Any]) -> None:
+    """The topology example in a few lines: what each step kept, and where its outputs are."""
+    enriched, regions = summary["operators"]["enriched"], summary["operators"]["views_per_region"]
+    out.print(f"\n[bold]A topology[/] (Kafka Streams' PageViewRegion: filter, stream-table join with the users "
+              f"table, re-key by region, hopping count): {summary['records_read']['pageviews']:,} page views, "
+              f"{enriched['filtered']:,} without a page filtered before the join, {enriched['outputs']:,} enriched; "
+              f"{regions['filtered']:,} of a user with no region filtered before the re-key; "
+              f"{regions['outputs']:,} window updates per region ({regions['late_pairs']:,} late (view, window) "
+              f"pairs in the ledger) in {WORK_DIR}/out/pageviews_per_region/. "
+              f"[bold]backfill plan {WORK_DIR}/{PAGEVIEWS[0]}[/] shows the topology and how a run executes it.",
+              highlight=False)
 
 
 def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
@@ -179,7 +196,7 @@ def install_job(work: Path) -> Path:
     """Copy the demo's jobs and schemas/click.json into `work` (same layout, so relative paths hold)."""
     repo = Path(backfill.__file__).resolve().parent.parent
     for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "jobs/scheduled_clicks.yaml",
-                "schemas/click.json", *JOIN_EXAMPLE):
+                "schemas/click.json", *JOIN_EXAMPLE, *PAGEVIEWS):
         if not (repo / rel).is_file():
             raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
                             "install backfill with `pip install -e` from a clone")

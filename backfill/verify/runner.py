@@ -31,6 +31,7 @@ from backfill.verify import bounds, cache, joins, mechanism, restarts
 from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
+from backfill.jobspec.topology import upstream
 from backfill.ops.registry import OPERATORS, kind_of
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
@@ -501,10 +502,15 @@ def _join_samples(rows: DataFrame, attributed: DataFrame | None) -> list[dict[st
 
 def _verified_as(plan: Plan, name: str) -> str:
     """How verify reconciles the operator's output (its class's `verified_as`); one line where it does not."""
-    cls = OPERATORS[kind_of(plan.job.spec.operator(name))]
+    spec = plan.job.spec.operator(name)
+    cls = OPERATORS[kind_of(spec)]
     if cls.verified_as is None:
         raise SpecError(f"operators.{name}: verify reconciles window aggregates and stream-stream joins; this "
                         f"operator is a {cls.noun}; compare its output with backfill diff")
+    up = upstream(spec, plan.job.spec.operators)
+    if up is not None:  # its evidence (records, stream times, gaps) would be operators.<up>'s forwarded rows
+        raise SpecError(f"operators.{name}: it reads the rows operators.{up.name} forwards (a chain), and verify "
+                        "reconciles operators that read sources only; compare its output with backfill diff")
     return cls.verified_as
 
 

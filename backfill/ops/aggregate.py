@@ -179,7 +179,7 @@ class WindowAggregate(Operator):
             # never null: concat with a null array would lose the record's every row
             marks = F.concat(record, F.coalesce(F.when(reaching, w.starts("ts")), none))
             kind = (F.when(mark == _RECORD_MARK, F.lit(RECORD))
-                    .when(mark + F.lit(w.size) > F.col(st) - F.lit(w.grace), F.lit(WINDOW))
+                    .when(w.accepts(mark, F.col(st)), F.lit(WINDOW))
                     .otherwise(F.lit(LATE_PAIR)))
             return ordered.select("*", F.explode(marks).alias("_mark")).withColumn("_g", kind)
         counted = late or late_windows(w, st)
@@ -248,8 +248,7 @@ class WindowAggregate(Operator):
             "key", "window_start", (F.col("window_start") + F.lit(w.size)).alias("window_end"),
             *[F.col(f"_output_{i}").alias(a.name) for i, a in enumerate(aggs)], F.col("_window_ts").alias("ts"),
             "task", F.lit(False).alias("_split"))
-        windows = windows.withColumn(
-            "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
+        windows = windows.withColumn("_closed", F.coalesce(w.closed(F.col("window_start"), task_st), F.lit(False)))
         return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)),
                             ledger=null_keys.unionByName(late), range_column="window_start", windows=windows,
                             operator=self.name, per_task=True, one_task_keys=one_task_keys)
@@ -416,7 +415,7 @@ def reaches(op: OperatorSpec) -> Column:
 def late_windows(windows: TimeWindows, st: str) -> dict[str, Column]:
     """Per record, without exploding: how many of its windows are late, and whether any is accepted."""
     first, last = windows.first_start("ts"), windows.last_start("ts")
-    threshold = F.col(st) - F.lit(windows.grace + windows.size)  # a window is late iff start <= ST - G - S
+    threshold = windows.last_closed_start(F.col(st))  # a window is late iff its start is at most this
     late = F.when(threshold < first, F.lit(0)).otherwise(
         F.floor((F.least(last, threshold) - first) / F.lit(windows.advance)) + 1)
     return {"late": late, "contributing": last > threshold}
@@ -459,8 +458,7 @@ def _pairs(records: DataFrame, windows: TimeWindows, st: str) -> DataFrame:
     """(record, window) pairs of windowsFor(ts), each marked accepted or late against the stream time."""
     return (records.select("*", F.posexplode(windows.starts("ts")).alias("widx", "window_start"))
             .withColumn("window_end", F.col("window_start") + F.lit(windows.size))
-            # kept while end > ST - G (docs/semantics.md §4.2)
-            .withColumn("_accepted", F.col("window_end") > F.col(st) - F.lit(windows.grace)))
+            .withColumn("_accepted", windows.accepts(F.col("window_start"), F.col(st))))
 
 
 def _record_struct() -> Column:
@@ -497,7 +495,7 @@ def _final(accepted: DataFrame, aggs: list[CompiledAggregation], w: TimeWindows,
     # final once the task's stream time >= end + G (docs/semantics.md §4.5)
     task_st = task_stream_time(final_st)
     windows = _windows(accepted, aggs, w).withColumn(
-        "_closed", F.coalesce(task_st >= F.col("window_end") + F.lit(w.grace), F.lit(False)))
+        "_closed", F.coalesce(w.closed(F.col("window_start"), task_st), F.lit(False)))
     cols = ["key", "window_start", "window_end", *[a.name for a in aggs], "ts"]
     return windows.select(*cols, "task", "_closed", "_split")
 

@@ -46,6 +46,25 @@ class TimeWindows:
         """Column: array of window starts of column `ts`, ascending (windowsFor)."""
         return F.sequence(self.first_start(ts), self.last_start(ts), F.lit(self.advance).cast("long"))
 
+    # the grace rule (docs/semantics.md §4.2), the one definition every operator and verify call
+    def close(self, start: Column) -> Column:
+        """Column: the stream time at which the window starting at `start` closes: its end + grace."""
+        return start + F.lit(self.size + self.grace)
+
+    def accepts(self, start: Column, stream_time: Column) -> Column:
+        """Column: the window starting at `start` accepts a record processed at `stream_time` (the record's own
+        timestamp included): its end is later than stream time - grace, i.e. stream time < its close."""
+        return stream_time < self.close(start)
+
+    def closed(self, start: Column, stream_time: Column) -> Column:
+        """Column: the window starting at `start` is closed at `stream_time` (no record is accepted any more)."""
+        return stream_time >= self.close(start)
+
+    def last_closed_start(self, stream_time: Column) -> Column:
+        """Column: the newest window start closed at `stream_time` (a window is closed iff its start is at most
+        this): stream time - size - grace."""
+        return stream_time - F.lit(self.size + self.grace)
+
 
 # outer-store side byte (docs/semantics.md §5.3): right rows sort before left rows of equal timestamp
 LEFT, RIGHT = 1, 0

@@ -328,9 +328,9 @@ def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, n: int) -> Da
         late = ev.late.select("partition", "offset", "window_start", F.lit(True).alias("_late"))
         flagged = exploded.join(late, ["partition", "offset", "window_start"], "left")
         is_late = F.coalesce(F.col("_late"), F.lit(False))
-    else:  # no ledger sink: the engine's rule, end <= ST - G (4.1 step 5)
+    else:  # no ledger sink: the engine's rule (docs/semantics.md §4.2)
         flagged = exploded
-        is_late = F.col("window_start") + F.lit(windows.size) <= F.col("st") - F.lit(windows.grace)
+        is_late = windows.closed(F.col("window_start"), F.col("st"))
     return flagged.withColumn("status", F.when(is_late, F.lit("late")).otherwise(F.lit("accepted"))).drop("_late")
 
 
@@ -508,7 +508,7 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
     at_map = F.create_map(*[x for p, o in known.items() for x in (F.lit(p), F.lit(o))])
     repeated = out.where((F.col("category") == cmp.label("duplicate")) & F.col("_task").isin(list(known))) \
         .select("key", "window_start", F.col("_task").alias("partition"))
-    closed = restarts.closing_offsets(ev.records, repeated, windows.size, windows.grace)
+    closed = restarts.closing_offsets(ev.records, repeated, windows)
     out = out.join(closed, ["key", "window_start"], "left").withColumn("_restart_at", at_map[F.col("_task")])
     return out.withColumn("_reemit", F.coalesce(F.col("closed_at") >= F.col("_restart_at"), F.lit(False)))
 
@@ -519,7 +519,7 @@ def _with_boundaries(out: DataFrame, parts: list[Any], windows: TimeWindows, wri
     `_bound` (a bound of the stream's output the window straddles, verify/bounds.py)."""
     end_st = {r["partition"]: r["end_st"] for r in parts}
     late_start = {r["partition"]: r["first_ts"] for r in parts if (r["first_offset"] or 0) > 0}
-    closes = F.col("window_start") + F.lit(windows.size + windows.grace)  # window end + grace
+    closes = windows.close(F.col("window_start"))
     known = F.col("_parts").isNotNull()
     if end_st:
         # the key's own partitions; a key never read is open only if it is open in every partition
@@ -554,8 +554,7 @@ def _with_gaps(out: DataFrame, ev: Evidence, parts: list[Any], windows: TimeWind
         hi = max(lo, g["ts_after"] if g["ts_after"] is not None else lo)
         in_partition = F.when(F.col("_parts").isNotNull(), F.array_contains("_parts", g["partition"])).otherwise(True)
         # a record lost there could only join windows still open then (end + G > ST) starting by the next record
-        open_then = (F.col("window_start") + F.lit(windows.size + windows.grace) > F.lit(lo)) & \
-            (F.col("window_start") <= F.lit(hi))
+        open_then = windows.accepts(F.col("window_start"), F.lit(lo)) & (F.col("window_start") <= F.lit(hi))
         text = f"partition {g['partition']} offsets {g['gap_from']}-{g['gap_to']} are missing in the input"
         hits.append(F.when(in_partition & open_then, F.lit(text)))
     return out.withColumn("_gap", F.coalesce(*hits))

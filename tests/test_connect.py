@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DEMO_TABLES = ("gold/clicks_per_user_1m", "gold/clicks_per_user_5m_hop", "gold/user_sessions", "ledger/clicks")
 JOIN_FILES = ("click_attribution", "impression_outcome", "ledger")
 # what differs between any two runs of one job: their ids and clocks, not their data
+# what differs between two runs of the same job (the strategies too: Connect has no JVM operator, checked apart)
 PER_RUN = {"run_id", "pass_id", "duration_s", "records_per_s", "code_version", "published_at", "warnings",
-           "sinks", "inputs", "fingerprint", "report_dir", "report", "generated_at", "run"}
+           "sinks", "inputs", "fingerprint", "report_dir", "report", "generated_at", "run", "strategies"}
 
 
 def cli(args: list[str], env: dict[str, str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
@@ -159,6 +160,7 @@ def test_demo_job_through_the_resident_engine_equals_local_mode(server: dict[str
     ours, theirs = json.loads(ran.stdout), json.loads(resident.stdout)
     assert _same_data(theirs) == _same_data(ours)
     assert any("jar-less plan" in w for w in theirs["warnings"])
+    assert (ours["strategies"]["ordering"], theirs["strategies"]["ordering"]) == ("streamed", "windows")
     for table in DEMO_TABLES:
         found = _delta_rows(connect_job.parent.parent / "data" / table)
         assert found and found == _delta_rows(local_job.parent.parent / "data" / table), table
@@ -195,8 +197,12 @@ def test_python_api_on_a_connect_session_equals_local_mode(server: dict[str, Any
     session = SparkSession.builder.remote(server["url"]).create()
     try:
         job = backfill.load_job(connect_job)
-        assert any("a Spark Connect session" in n for n in job.plan(spark=session).notes)
+        planned = job.plan(spark=session)
+        assert any("a Spark Connect session" in n for n in planned.notes)
         summary = job.run(spark=session).to_dict()
+        # the plan on that session names the jar-less strategies the run takes (plan/strategy.py)
+        assert {s.stage: s.how for s in planned.strategies} == summary["strategies"]
+        assert summary["strategies"]["ordering"] == "merged_by_task"
     finally:
         session.stop()
         restore_env(marks)  # PySpark leaves the process marked as a Connect client

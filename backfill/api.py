@@ -92,9 +92,8 @@ def plan_job(path: str | Path, start: Instant = None, end: Instant = None, spark
              profile: str | None = None) -> PlanResult:
     """`backfill plan`: the plan, and how the session would run it (the jar-less ordering over Spark Connect)."""
     from backfill.jobspec.load import load_job as load
-    from backfill.plan.builder import build_plan
-
     from backfill.plan import strategy
+    from backfill.plan.builder import build_plan
 
     the_plan = build_plan(load(path), instant_ms(start, "--start"), instant_ms(end, "--end"))
     note = _session_note(spark, profile)

@@ -8,6 +8,7 @@ time including this record (§4.2); else a `late` ledger row for that window. St
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 

@@ -142,8 +142,8 @@ class Operator(ABC):
     reads_all: ClassVar[bool] = False
     # its inputs are one task's queues (Kafka Streams co-partitioning); False: they are not partitioned together
     copartitioned: ClassVar[bool] = True
-    # how `verify` reconciles its output with a stream's (verify/runner.py: "windows", "join"); None: it does not
     noun: ClassVar[str] = "operator"  # what a message calls it
+    # how `verify` reconciles its output with a stream's (verify/runner.py: "windows", "join"); None: it does not
     verified_as: ClassVar[str | None] = None
     # printed by `plan --json` (everything but the job's own spec and the position)
     HIDDEN: ClassVar[tuple[str, ...]] = ("spec", "index", "profile")

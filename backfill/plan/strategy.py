@@ -94,8 +94,8 @@ def strategies(plan: Plan, operator: bool, input_bytes: int | None) -> list[Stra
     text = f"operators.{one.name}: counted and aggregated in one pass over the ordered records"
     if panes is not None:
         text += f", by pane of {format_duration(panes.windows.advance)}, each pane merged into its windows"
-        text += (" after the pane groups are spread by (task, key): the input is above 2 GiB" if large else
-                 ", by task (spread by (task, key) first above 2 GiB of input)")
+        text += (f" after the pane groups are spread by (task, key): the input is above {_threshold()}" if large
+                 else f", by task (spread by (task, key) first above {_threshold()} of input)")
     out.append(Strategy(PASS, how, text))
     return out
 
@@ -103,7 +103,13 @@ def strategies(plan: Plan, operator: bool, input_bytes: int | None) -> list[Stra
 def _size(how: str, input_bytes: int | None) -> str:
     if input_bytes is None or how not in (tasks.CHUNKS, tasks.WINDOWS):
         return ""
-    return f"; input about {input_bytes / 2**20:,.1f} MiB of files, chunks above {tasks.CHUNKED_ABOVE >> 30} GiB"
+    return f"; input about {input_bytes / 2**20:,.1f} MiB of files, chunks above {_threshold()}"
+
+
+def _threshold() -> str:
+    """order/tasks.py CHUNKED_ABOVE, for a person."""
+    size = tasks.CHUNKED_ABOVE
+    return f"{size >> 30} GiB" if size >= 1 << 30 else f"{size:,} bytes"
 
 
 def file_bytes(plan: Plan) -> int | None:

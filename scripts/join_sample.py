@@ -56,9 +56,16 @@ def _arrive(rng: random.Random, topic: str, key: str | None, value: dict | None,
 def write(seed: int, minutes: int) -> dict[str, int]:
     """Write samples/<topic>.jsonl as Kafka archives (offset order = arrival order); return counts."""
     rng = random.Random(seed)
+    return write_archives(_events(rng, minutes), ("impressions", "clicks"), rng)
+
+
+def write_archives(events: list[tuple[int, str, str | None, dict | None, int]], topics: tuple[str, ...],
+                   rng: random.Random) -> dict[str, int]:
+    """Events (arrival, topic, key, value, event time) as samples/<topic>.jsonl Kafka archives of 2 partitions
+    keyed by the key's CRC-32 (a null key: a random partition), offsets in arrival order; the counts."""
     offsets: dict[tuple[str, int], int] = {}
-    lines: dict[str, list[str]] = {"impressions": [], "clicks": []}
-    for _, topic, key, value, ts in sorted(_events(rng, minutes), key=lambda e: (e[0], e[1])):
+    lines: dict[str, list[str]] = {topic: [] for topic in topics}
+    for _, topic, key, value, ts in sorted(events, key=lambda e: (e[0], e[1])):
         part = zlib.crc32(key.encode()) % 2 if key is not None else rng.randrange(2)
         offset = offsets.get((topic, part), 0)
         offsets[(topic, part)] = offset + 1

@@ -11,14 +11,12 @@ beacon) or reach the broker late (a phone back online).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
-import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from join_sample import OUT, START, _arrive  # noqa: E402 - the join sample's clock and arrival rule
+from join_sample import START, _arrive, write_archives  # noqa: E402 - the join sample's clock, arrivals, archives
 
 USERS = [f"user-{i:03d}" for i in range(60)]
 REGIONS = ["eu", "us", "apac"]
@@ -50,19 +48,7 @@ def _events(rng: random.Random, minutes: int) -> list[tuple[int, str, str | None
 def write(seed: int, minutes: int) -> dict[str, int]:
     """Write samples/<topic>.jsonl as Kafka archives (offset order = arrival order); return counts."""
     rng = random.Random(seed)
-    offsets: dict[tuple[str, int], int] = {}
-    lines: dict[str, list[str]] = {"pageviews": [], "users": []}
-    for _, topic, key, value, ts in sorted(_events(rng, minutes), key=lambda e: (e[0], e[1])):
-        assert key is not None
-        part = zlib.crc32(key.encode()) % 2
-        offset = offsets.get((topic, part), 0)
-        offsets[(topic, part)] = offset + 1
-        lines[topic].append(json.dumps({"topic": topic, "partition": part, "offset": offset, "key": key,
-                                        "value": None if value is None else json.dumps(value), "timestamp": ts}))
-    OUT.mkdir(parents=True, exist_ok=True)
-    for topic, rows in lines.items():
-        (OUT / f"{topic}.jsonl").write_text("\n".join(rows) + "\n")
-    return {topic: len(rows) for topic, rows in lines.items()}
+    return write_archives(_events(rng, minutes), ("pageviews", "users"), rng)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
     out = []
     for i in range(count):
         config = configs[i % len(configs)] if i < len(configs) else rng.choice(configs)  # every config at least once
-        if kind == "table_join":
+        if kind in ("table_join", "chain"):
             records = topologies.records(rng, kind, config)
         elif kind == "table":  # no window: timestamps drawn as for a tumbling 5 ms window
             records = _aggregate_records(rng, {"advance": 5, "grace": 0})
@@ -184,6 +184,8 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
                              f"      how: {c['how']}\n      window: {window}\n      value: \"{JOINER}\"\n"
                              f"      eager: {str(c['eager']).lower()}")
         sinks.append(f"  {op}: {{format: jsonl, path: out/{op}.jsonl}}")
+        if kind == "chain":  # its upstream: only counted, its rows are read downstream
+            sinks.append(f"  {op}_up: {{format: none}}")
     sinks.append("  _ledger: {format: jsonl, path: out/ledger.jsonl}")
     job = folder / "job.yaml"
     rules = f"kafka_streams: \"{kafka_streams}\"\n" if kafka_streams else ""

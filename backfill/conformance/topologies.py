@@ -1,6 +1,8 @@
 """Part: conformance. Scenarios for the topologies beyond one windowed operator: table aggregations (`table`),
-stream-table joins with plain and versioned tables (`table_join`) and window aggregates behind a filter
-(`filter`), judged by the same Kafka Streams harness (jvm/harness `Topologies`).
+stream-table joins with plain and versioned tables (`table_join`), window aggregates behind a filter
+(`filter`) and chains in one task (`chain`: a stream-table or stream-stream join whose results are filtered and
+counted in windows, a window count whose update stream is filtered and counted per key), judged by the same
+Kafka Streams harness (jvm/harness `Topologies`).
 
 A stream-table scenario has several keys, table updates racing the stream records (out of order, on equal
 timestamps), tombstones, null keys and values on both sides; its two topics are queues of one task, fed to
@@ -14,7 +16,7 @@ from typing import Any
 
 from backfill.jobspec import versions as ks_versions
 
-KINDS = ("table", "table_join", "filter")
+KINDS = ("table", "table_join", "filter", "chain")
 FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
@@ -23,6 +25,13 @@ def configs(kind: str) -> list[dict[str, Any]]:
     """Every configuration of a kind."""
     if kind == "table":
         return [{"agg": a, "filter": f} for a in ("ours", "tomb") for f in ("-", FILTERED)]
+    if kind == "chain":
+        joins = [{"up": "tjoin", "how": h, "size": s, "advance": a, "grace": g, "before": 0, "after": 0, "jgrace": 0}
+                 for h in ("inner", "left") for s, a, g in ((10, 5, 0), (10, 10, 3))]
+        joins += [{"up": "sjoin", "how": h, "size": 10, "advance": 10, "grace": 2, "before": b, "after": a, "jgrace": g}
+                  for h in ("inner", "left", "outer") for b, a, g in ((2, 3, 1), (0, 5, 0))]
+        return joins + [{"up": "agg", "how": "-", "size": s, "advance": a, "grace": g, "before": 0, "after": 0,
+                         "jgrace": 0} for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2))]
     if kind == "filter":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "filter": FILTERED}
                 for s, a, g in ((10, 10, 0), (10, 5, 0), (10, 5, 7), (12, 5, 3))]
@@ -33,21 +42,28 @@ def configs(kind: str) -> list[dict[str, Any]]:
 
 
 def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """One task's records: the aggregate kinds draw from scenarios.py, a join's both topics here."""
-    if kind != "table_join":
+    """One task's records: the aggregate kinds draw from scenarios.py, a join's both topics here (a chain's
+    stream carries `n,p` texts, its table regions, one of them `x`, which the chain filters out)."""
+    if kind not in ("table_join", "chain"):
         raise ValueError(kind)
     keys = ["a", "b", "c", "a", None]
     out: list[dict[str, Any]] = []
     recent: list[int] = []
-    for side, prefix in (("right", "t"), ("left", "l")):
-        for offset in range(rng.choice([0, *range(1, 12)])):
+    sides = (("left", "l"),) if config.get("up") == "agg" else (("right", "t"), ("left", "l"))
+    for side, prefix in sides:
+        for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
             roll = rng.random()
             if roll < 0.3 and recent:  # racing: a timestamp of the other side, or one step off it
                 ts = max(0, rng.choice(recent) + rng.choice([-1, 0, 0, 1]))
             else:
                 ts = rng.choice([rng.randint(0, 40), rng.choice([0, 1, 5, 10, 11, 20, 30])])
             recent.append(ts)
-            value = None if rng.random() < 0.15 else f"{prefix}{offset}"
+            value: Any = None if rng.random() < 0.15 else f"{prefix}{offset}"
+            if kind == "chain" and value is not None:
+                if side == "left":
+                    value = f"{rng.randint(-3, 9)},{rng.choice('xyz')}"
+                elif config["up"] == "tjoin":
+                    value = rng.choice(["r1", "r2", "r2", "x"])
             out.append({"side": side, "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
     return out
 
@@ -64,17 +80,27 @@ def rules_key(kind: str, rules: ks_versions.Profile) -> tuple[bool, ...]:
     """The rules of a release that change what our engines do for a kind (one run per distinct key)."""
     if kind == "table_join":
         return (rules.join_null_keys_reach_join, rules.versioned_tables, rules.table_join_grace)
+    if kind == "chain":
+        return (rules.join_null_keys_reach_join, rules.join_time_before_null_check, rules.outer_scan_per_side)
     return ()
 
 
 def dropped_reasons(kind: str) -> tuple[str, ...]:
     """The ledger reasons Kafka Streams' dropped-records metric counts."""
     return {"table": ("null_key", "null_value"), "table_join": ("null_key", "null_value", "expired"),
-            "filter": ("late", "null_key")}[kind]
+            "filter": ("late", "null_key"), "chain": ()}[kind]  # a chain's: per operator (check.counted_drops)
+
+
+def refusals_by_record(kind: str) -> bool:
+    """Whether the ledger rows can be matched to the judge's input records one by one. A chain's downstream rows
+    name the forwarded row, not the input record that produced it: its drops are compared as a total."""
+    return kind != "chain"
 
 
 def operator_yaml(kind: str, name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
-    """The job's operator for one configuration."""
+    """The job's operator for one configuration (a chain: its upstream `<name>_up`, then the operator itself)."""
+    if kind == "chain":
+        return _chain_yaml(name, c, sources)
     if kind == "table_join":
         versioned = (f"\n      versioned: {{history_retention: {c['history']}ms, grace: {c['grace']}ms}}"
                      if c["history"] >= 0 else "")
@@ -97,8 +123,38 @@ def operator_yaml(kind: str, name: str, c: dict[str, Any], sources: dict[str, st
             "\"concat(acc, coalesce(value.p, '~'))\"}}}\n      emit: updates")
 
 
+def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
+    """A chain's two operators: what jvm/harness `Topologies#chain` builds with the DSL."""
+    window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"] else
+              f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
+    if c["up"] == "agg":
+        up = (f"    aggregate:\n      input: {sources['left']}\n      window: {window}\n"
+              "      aggregations: {c: count()}\n      emit: updates")
+        down = (f"    aggregate:\n      input: {name}_up\n      where: \"value.c >= 2\"\n"
+                "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, cast(value.window_start as string), ':', "
+                "cast(value.c as string), ';')\"}}}\n      emit: updates")
+    else:
+        if c["up"] == "tjoin":
+            up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
+                  "      value: \"named_struct('p', substr(left.value, -1), 'region', right.value)\"")
+            where, step = "value.region != 'x'", "concat(acc, value.p)"
+        else:
+            join_window = f"{{before: {c['before']}ms, after: {c['after']}ms, grace: {c['jgrace']}ms}}"
+            up = (f"    join:\n      left: {sources['left']}\n      right: {sources['right']}\n      how: {c['how']}\n"
+                  f"      window: {join_window}\n"
+                  "      value: \"concat(coalesce(substr(left.value, -1), '-'), '|', coalesce(right.value, '-'))\"")
+            where, step = "substr(value, 1, 1) != 'x'", "concat(acc, value, ';')"
+        down = (f"    aggregate:\n      input: {name}_up\n      where: \"{where}\"\n      window: {window}\n"
+                f"      aggregations: {{c: count(), f: {{fold: {{init: \"''\", step: \"{step}\"}}}}}}\n"
+                "      emit: updates")
+    return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+
+
 def harness_line(kind: str, sid: int, c: dict[str, Any]) -> str:
     """The S line of Replay.java for one scenario."""
+    if kind == "chain":
+        return (f"S\t{sid}\tchain\t{c['up']}\t{c['how']}\t{c['size']}\t{c['advance']}\t{c['grace']}\t"
+                f"{c['before']}\t{c['after']}\t{c['jgrace']}")
     if kind == "table_join":
         return f"S\t{sid}\ttjoin\t{c['how']}\t{c['history']}\t{c['grace']}\t{c['filter']}"
     if kind == "table":
@@ -110,6 +166,9 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     """One output row in the comparable form of the harness's rows."""
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
+    if kind == "chain":
+        window = (r["window_start"], r["window_end"]) if "window_start" in r else None
+        return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])
     if kind == "table":
         if config["agg"] == "tomb":
             return (r["key"], None, r["f"], r["ts"])

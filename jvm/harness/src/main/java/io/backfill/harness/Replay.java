@@ -88,6 +88,8 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       fold of p (ours), or tomb (a fold of p whose step gives null when p is z: a delete);
  *                       filter as for tjoin, over the p of the value
  *   S id agg ... [aggregator [retention [filter]]]   a window aggregate after KStream#filter, as for tjoin
+ *   S id chain up(tjoin|sjoin|agg) how size advance grace before after joingrace   an operator reading what
+ *                       another forwards, in one task (Topologies#chain); how, before, after, joingrace: the join's
  *   T task                                                 a task: the records below, in processing order
  *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it
@@ -176,11 +178,14 @@ public final class Replay {
     private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out,
                                long cache, long commit) {
         boolean agg = !s[2].equals("join") && !s[2].equals("tjoin") && !s[2].equals("tagg");
-        boolean twoTopics = s[2].equals("join") || s[2].equals("tjoin");
+        boolean twoTopics = s[2].equals("join") || s[2].equals("tjoin") || s[2].equals("chain");
         boolean cached = cache > 0;
         StreamsBuilder builder = new StreamsBuilder();
         if (s[2].equals("tjoin")) {
             Topologies.tableJoin(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), s[6], JOINER);
+        } else if (s[2].equals("chain")) {
+            Topologies.chain(builder, s[3], s[4], Long.parseLong(s[5]), Long.parseLong(s[6]), Long.parseLong(s[7]),
+                Long.parseLong(s[8]), Long.parseLong(s[9]), Long.parseLong(s[10]));
         } else if (s[2].equals("tagg")) {
             Topologies.tableAggregate(builder, s[3], s[4]);
         } else if (s[2].equals("sess")) {

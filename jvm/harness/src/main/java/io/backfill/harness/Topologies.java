@@ -7,20 +7,26 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.StreamJoined;
+import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.state.KeyValueBytesStoreSupplier;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
+import org.apache.kafka.streams.state.WindowStore;
 
 /**
  * The topologies of Replay beyond one windowed operator: stream-table joins (plain and versioned tables),
- * table aggregations, and KStream#filter before an operator. Built with the DSL only, as an application would.
+ * table aggregations, KStream#filter before an operator, and chains (an operator reading what another
+ * forwards). Built with the DSL only, as an application would.
  * APIs newer than the oldest version judged are called by reflection, so the harness still loads there and
  * reports the missing API as the scenario's error.
  */
@@ -77,6 +83,83 @@ final class Topologies {
                 store);
         }
         table.toStream().to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * A chain in one task: what an upstream operator forwards, filtered, then aggregated downstream.
+     * up tjoin: stream "left" (values n,p) joined with table "right" (values: a region), value p|region, then
+     * records whose region is null or x filtered out, then a windowed count|fold of p.
+     * up sjoin: stream-stream join of "left" and "right" (before, after, join grace), value p|r with '-' for a
+     * missing side, records whose value starts with x filtered out, then a windowed count|fold of the values.
+     * up agg: a windowed count of "left" (every update), updates with a count below 2 filtered out, re-keyed to
+     * the window's key, then a table count|fold of start:count. Every output key is key \t start \t end.
+     */
+    static void chain(StreamsBuilder builder, String up, String how, long size, long advance, long grace,
+                      long before, long after, long joinGrace) {
+        KStream<String, String> left = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
+        if (up.equals("agg")) {
+            TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
+                .advanceBy(Duration.ofMillis(advance));
+            left.groupByKey(Grouped.with(Serdes.String(), Serdes.String())).windowedBy(windows)
+                .aggregate(() -> "0", (k, v, acc) -> Long.toString(Long.parseLong(acc) + 1),
+                    Materialized.<String, String, WindowStore<Bytes, byte[]>>as("up")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
+                .toStream()
+                .filter((wk, c) -> Long.parseLong(c) >= 2)
+                .map((wk, c) -> KeyValue.pair(wk.key(), wk.window().start() + ":" + c))
+                .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+                .aggregate(() -> "0|", (k, v, acc) -> fold(acc, v + ";"),
+                    Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("down")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
+                .toStream()
+                .map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
+                .to("out", Produced.with(Serdes.String(), Serdes.String()));
+            return;
+        }
+        KStream<String, String> joined;
+        if (up.equals("tjoin")) {
+            KTable<String, String> table = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
+                    .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+            ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
+            Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+            joined = how.equals("left") ? left.leftJoin(table, joiner, with) : left.join(table, joiner, with);
+            joined = joined.filter((k, v) -> {
+                String region = v.substring(v.indexOf('|') + 1);
+                return !region.equals("null") && !region.equals("x");
+            });
+        } else {
+            KStream<String, String> right = builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()));
+            JoinWindows windows = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(after),
+                Duration.ofMillis(joinGrace)).before(Duration.ofMillis(before));
+            ValueJoiner<String, String, String> joiner =
+                (l, r) -> (l == null ? "-" : l.split(",", -1)[1]) + "|" + (r == null ? "-" : r);
+            StreamJoined<String, String, String> with =
+                StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String());
+            joined = switch (how) {
+                case "inner" -> left.join(right, joiner, windows, with);
+                case "left" -> left.leftJoin(right, joiner, windows, with);
+                case "outer" -> left.outerJoin(right, joiner, windows, with);
+                default -> throw new IllegalArgumentException("unknown join: " + how);
+            };
+            joined = joined.filter((k, v) -> !v.startsWith("x"));
+        }
+        boolean table = up.equals("tjoin");
+        TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
+            .advanceBy(Duration.ofMillis(advance));
+        joined.groupByKey(Grouped.with(Serdes.String(), Serdes.String())).windowedBy(windows)
+            .aggregate(() -> "0|", (k, v, acc) -> fold(acc, table ? v.substring(0, v.indexOf('|')) : v + ";"),
+                Materialized.<String, String, WindowStore<Bytes, byte[]>>as("down")
+                    .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
+            .toStream()
+            .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** count | fold: one more, and the text appended. */
+    private static String fold(String acc, String text) {
+        int bar = acc.indexOf('|');
+        return (Long.parseLong(acc.substring(0, bar)) + 1) + "|" + acc.substring(bar + 1) + text;
     }
 
     /** Stores.persistentVersionedKeyValueStore(name, history) (Kafka Streams 3.5+). */

@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 CONF_DIR = Path(os.environ.get("BACKFILL_CONF", bundled("conf")))
 # jars resolved by scripts/setup.sh from jvm/pom.xml (Delta, Spark's Kafka source), loaded with spark.jars; an
-# installed wheel's come from `backfill setup-jars` (or from spark.jars.packages at the session's start)
+# installed wheel's from `backfill setup-jars`, run by the first session that misses them
 JARS_DIR = Path(os.environ.get("BACKFILL_JARS", jvm_lib() / "spark"))
 # backfill's own Spark operators (jvm/ops, built by scripts/setup.sh, shipped in the wheel): the ordering's
 # running values, one-step aggregations
@@ -139,7 +139,7 @@ def spark_settings(conf: dict[str, Any], say: Callable[[str], None] | None = Non
     profile_conf = {k: str(v) for k, v in (conf.get("config") or {}).items()}
     settings = {**DELTA_CONF, **ENGINE_CONF, **python, **profile_conf, **env_config()}
     # a cluster profile may name Maven coordinates instead of the pinned jars; an installed wheel without
-    # `backfill setup-jars` has Spark resolve them; backfill's operators are loaded wherever they are built
+    # `backfill setup-jars` resolves them once first; backfill's operators are loaded wherever they are built
     jars = project_jars(settings, say or notice) if "spark.jars.packages" not in settings else []
     if OPS_JAR.is_file():
         jars.append(str(OPS_JAR))
@@ -446,22 +446,22 @@ def _jvm_stderr(log: Path | None) -> Iterator[None]:
 def project_jars(settings: dict[str, str] | None = None, say: Callable[[str], None] = notice) -> list[str]:
     """The jars of jvm/lib/spark that pyspark does not ship itself (same artifact name: pyspark's wins).
 
-    An installed wheel without them (no `backfill setup-jars` yet) has Spark resolve the pinned Maven
-    coordinates at the session's start instead: `settings` gets spark.jars.packages, cached in ivy_dir().
+    An installed wheel without them (no `backfill setup-jars` yet) resolves them first, once, as
+    `backfill setup-jars` does (a notice says so); with `settings` None it only reports them missing ([]).
     """
     import pyspark
 
     if not JARS_DIR.is_dir() or not any(JARS_DIR.glob("*.jar")):
         from backfill.resources import checkout
 
-        if checkout() is not None or settings is None:
+        if checkout() is not None:
             raise SpecError(f"{JARS_DIR}: the pinned jars (Delta, Spark's Kafka source) are missing; run "
                             "scripts/setup.sh once (it resolves them with Maven)")
-        settings["spark.jars.packages"] = ",".join(SPARK_PACKAGES)
-        settings.setdefault("spark.jars.ivy", str(ivy_dir()))
-        say(f"the pinned jars are not in {JARS_DIR}: Spark resolves {', '.join(SPARK_PACKAGES)} from Maven at "
-            f"the session's start (cached in {ivy_dir()}); `backfill setup-jars` does it once, ahead")
-        return []
+        if settings is None:
+            return []
+        say(f"the pinned jars are not in {JARS_DIR} yet: resolving them once with Spark's resolver, as "
+            "`backfill setup-jars` does (every later session finds them there)")
+        setup_jars(say)
     shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return [str(p) for p in sorted(JARS_DIR.glob("*.jar")) if _artifact(p.name) not in shipped]
 
@@ -469,7 +469,7 @@ def project_jars(settings: dict[str, str] | None = None, say: Callable[[str], No
 def job_jars(packages: bool = False) -> list[str]:
     """What a session of one's own needs for backfill (`backfill jars`): the pinned jars as files (or, with
     `packages` or without them, their Maven coordinates for spark.jars.packages) and backfill's operators' jar."""
-    files = [] if packages else project_jars({}, say=lambda _: None)
+    files = [] if packages else project_jars(None, say=lambda _: None)
     pinned = files or list(SPARK_PACKAGES)
     return pinned + ([str(OPS_JAR)] if OPS_JAR.is_file() and not packages else [])
 
@@ -485,13 +485,19 @@ def setup_jars(say: Callable[[str], None] = notice) -> list[str]:
     from backfill.errors import SourceError
 
     say(f"resolving {', '.join(SPARK_PACKAGES)} with Spark's resolver (Ivy, cache {ivy_dir()})")
+    # Spark's resolver looks in ~/.m2/repository first and, where a module's pom is there without its jar (as
+    # Maven leaves a dependency it only read), fails instead of downloading the jar: it is given a home of its
+    # own, so its chain is the Ivy cache and the remote repositories only
+    home = ivy_dir() / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    submit_opts = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), f"-Duser.home={home}"]))
     with tempfile.TemporaryDirectory(prefix="backfill-jars-") as tmp:
         script = Path(tmp) / "nothing.py"
         script.write_text("")  # spark-submit resolves --packages before it starts the application
         done = subprocess.run([str(Path(_find_spark_home()) / "bin" / "spark-submit"), "--packages",
                                ",".join(SPARK_PACKAGES), "--conf", f"spark.jars.ivy={ivy_dir()}", str(script)],
                               capture_output=True, text=True, timeout=1800,
-                              env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+                              env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": submit_opts})
     resolved = ivy_dir() / "jars"
     if done.returncode != 0 or not any(resolved.glob("*.jar")):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]

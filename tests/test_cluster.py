@@ -1,4 +1,6 @@
-"""The demo job on a real Spark standalone cluster (master + worker JVMs on 127.0.0.1) equals local mode."""
+"""The demo job on a real Spark standalone cluster (master + worker JVMs on 127.0.0.1) equals local mode, run by
+backfill's own session and as a `spark-submit` application (the jars `backfill jars` prints, backfill/__main__.py
+as the application file)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from backfill.demo import generate_clicks
-from tests.sparkcluster import cluster_processes, standalone_cluster
+from tests.sparkcluster import cluster_processes, spark_home, standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 REPO = Path(__file__).resolve().parent.parent
@@ -47,16 +49,34 @@ def _table(path: Path) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
 
 
+def _submit(job: Path, env: dict[str, str], master: str) -> dict:
+    """`spark-submit --master M --jars $(backfill jars) backfill/__main__.py run JOB`: the master and the jars are
+    spark-submit's, the cluster profile leaves both to it."""
+    jars = subprocess.run([sys.executable, "-m", "backfill.cli", "jars"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    command = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--jars", jars,
+               "--conf", "spark.executor.memory=1g", str(REPO / "backfill" / "__main__.py"),
+               "run", str(job), "--json", "--profile", "cluster"]
+    submitted = {**env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run(command, env=submitted, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout[done.stdout.index("{"):])
+
+
 def test_demo_job_on_a_standalone_cluster_equals_local_mode(tmp_path):
     local_job, cluster_job = _demo_copy(tmp_path / "local"), _demo_copy(tmp_path / "cluster")
+    submit_job = _demo_copy(tmp_path / "submit")
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
     running = _start(local_job, env, "--profile", "local")  # meanwhile the cluster starts
     with standalone_cluster(tmp_path / "spark") as master:
         local = _finish(running)
         clustered = _finish(_start(cluster_job, {**env, "BACKFILL_MASTER": master}, "--profile", "cluster"))
+        submitted = _submit(submit_job, env, master)
     assert not cluster_processes(tmp_path / "spark")
-    for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop", "user_sessions"):  # user_sessions: a kernel per task
-        assert _table(tmp_path / "cluster" / "data" / "gold" / name) == _table(tmp_path / "local" / "data" / "gold" / name)
-    assert _table(tmp_path / "cluster" / "data" / "ledger" / "clicks") == \
-        _table(tmp_path / "local" / "data" / "ledger" / "clicks")
-    assert clustered["operators"] == local["operators"]
+    for run in ("cluster", "submit"):
+        for name in ("clicks_per_user_1m", "clicks_per_user_5m_hop", "user_sessions"):  # sessions: a kernel per task
+            assert _table(tmp_path / run / "data" / "gold" / name) == \
+                _table(tmp_path / "local" / "data" / "gold" / name)
+        assert _table(tmp_path / run / "data" / "ledger" / "clicks") == \
+            _table(tmp_path / "local" / "data" / "ledger" / "clicks")
+    assert clustered["operators"] == local["operators"] == submitted["operators"]

@@ -17,12 +17,12 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-import backfill
 from backfill.errors import SpecError
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import WindowSpec
 from backfill.demo.fraud import PAYMENTS, backtest_summary, explain_backtest, generate_payments
 from backfill.demo.stream import partition_for
+from backfill.resources import bundled
 
 TOPIC = "clicks"
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -194,14 +194,14 @@ def stream_sample(work: Path, job: Path) -> dict[str, Any] | None:
 
 def install_job(work: Path) -> Path:
     """Copy the demo's jobs and schemas/click.json into `work` (same layout, so relative paths hold)."""
-    repo = Path(backfill.__file__).resolve().parent.parent
     for rel in ("jobs/demo.yaml", "jobs/fraud_rules.yaml", "jobs/fraud_backtest.yaml", "jobs/scheduled_clicks.yaml",
                 "schemas/click.json", *JOIN_EXAMPLE, *PAGEVIEWS):
-        if not (repo / rel).is_file():
-            raise SpecError(f"{repo / rel}: the demo needs the repository checkout (jobs/, schemas/); "
-                            "install backfill with `pip install -e` from a clone")
+        shipped = bundled(rel)  # the checkout's, or the installed wheel's copy
+        if not shipped.is_file():
+            raise SpecError(f"{shipped}: a file of the demo is missing from this installation; reinstall backfill "
+                            "(a wheel built from the repository, or `pip install -e` from a clone)")
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(repo / rel, work / rel)  # always the bundled version: the demo is reproducible
+        shutil.copyfile(shipped, work / rel)  # always the bundled version: the demo is reproducible
     return work / "jobs" / "demo.yaml"
 
 

@@ -69,6 +69,11 @@ def test_every_configuration_is_drawn() -> None:
         assert any(not s.records for s in drawn)  # empty tasks too
         assert any(r["key"] is None for s in drawn for r in s.records)
         assert any(r["value"] is None for s in drawn for r in s.records)
+        # and tasks as a real stream has them: tens to hundreds of records, many keys, epoch-scale timestamps
+        large = [s for s in drawn if len(s.records) >= 40]
+        assert len(large) > 30 and max(len(s.records) for s in drawn) >= 100
+        assert any(len({r["key"] for r in s.records}) >= 6 for s in large)
+        assert any(r["timestamp"] >= 1_704_067_200_000 for s in large for r in s.records)
 
 
 def test_the_same_seed_draws_the_same_scenarios() -> None:

@@ -279,23 +279,31 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
 def shrink(diff: Difference, version: str, work: Path) -> Difference:
     """Remove records while the reference engine still disagrees with Kafka Streams, until no single removal does.
 
-    Each round judges every one-record-smaller candidate at once (one reference run, one JVM start). Only a
+    Chunks first, as delta debugging does: each round judges, at once (one reference run, one JVM start), every
+    candidate that lacks one chunk of the records; the chunk halves when none of them still differs, down to
+    single records. A large scenario (hundreds of records) so shrinks in tens of rounds, not hundreds. Only a
     reference difference is shrunk; a Spark-only difference is kept whole.
     """
     if diff.engine != "reference":
         return diff
     sc = diff.scenario
     records = sc.records
+    chunk = max(1, len(records) // 2)
     while len(records) > 1:
+        cuts = [(i, i + chunk) for i in range(0, len(records), chunk) if chunk < len(records)]
         # each candidate its own keys too: final results carry no task, rows are told apart by key
-        candidates = [Scenario(i, sc.kind, sc.config, [{**r, "key": None if r["key"] is None else f"{r['key']}.{i}"}
-                                                      for r in records[:i] + records[i + 1:]])
-                      for i in range(len(records))]
-        smaller = _differences(candidates, version, work)
-        if not smaller:
+        candidates = [Scenario(n, sc.kind, sc.config, [{**r, "key": None if r["key"] is None else f"{r['key']}.{n}"}
+                                                      for r in records[:a] + records[b:]])
+                      for n, (a, b) in enumerate(cuts)]
+        smaller = _differences(candidates, version, work) if candidates else []
+        if smaller:
+            a, b = cuts[smaller[0].scenario.id]
+            records = records[:a] + records[b:]
+            chunk = min(chunk, max(1, len(records) // 2))
+        elif chunk > 1:
+            chunk //= 2
+        else:
             break
-        i = smaller[0].scenario.id
-        records = records[:i] + records[i + 1:]
     if records is sc.records:
         return diff
     return next(iter(_differences([Scenario(sc.id, sc.kind, sc.config, records)], version, work)), diff)

@@ -3,7 +3,10 @@
 A scenario is one operator configuration and the records of one task: ties in timestamps, records out of
 order, records exactly at a window's end + grace, null keys and values, a hot key, empty inputs, hopping
 windows whose advance does not divide their size, session gaps and sliding time differences from 1 ms,
-joins with before != after and zero grace. A batch is
+joins with before != after and zero grace. About one scenario in four (after every configuration is drawn once)
+is large, as a real task is: tens to hundreds of records over up to eight keys with a hot one, stream time
+moving on through many windows while records fall behind it by up to a few windows, timestamps from the epoch
+or from a day in 2024 (epoch milliseconds in the trillions). A batch is
 written as one job: each configuration is an operator, each scenario its own partition number (so its
 own task: state and stream time never cross scenarios).
 """
@@ -25,6 +28,9 @@ AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6,
 # (gap, grace) and (time difference, grace) in ms
 SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20)]
 SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0)]
+LARGE_SHARE = 0.25  # of the scenarios drawn after every configuration once
+LARGE_BASES = (0, 1_704_067_200_000)  # a large scenario's first timestamp: the epoch, or 2024-01-01 in ms
+LARGE_KINDS = ("aggregate", "session", "sliding", "join", "filter")
 # (before, after, grace) in ms
 JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0)]
 FOLD = "concat(acc, coalesce(value.p, '~'))"
@@ -97,7 +103,10 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
     out = []
     for i in range(count):
         config = configs[i % len(configs)] if i < len(configs) else rng.choice(configs)  # every config at least once
-        if kind in ("table_join", "chain"):
+        large = kind in LARGE_KINDS and i >= len(configs) and rng.random() < LARGE_SHARE
+        if large:
+            records = _large_records(rng, config, ("left", "right") if kind == "join" else ("input",))
+        elif kind in ("table_join", "chain"):
             records = topologies.records(rng, kind, config)
         elif kind == "table":  # no window: timestamps drawn as for a tumbling 5 ms window
             records = _aggregate_records(rng, {"advance": 5, "grace": 0})
@@ -127,6 +136,35 @@ def _aggregate_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, 
         value = None if rng.random() < 0.12 else {"n": None if rng.random() < 0.15 else rng.randint(-3, 9),
                                                   "p": rng.choice("xyz")}
         out.append({"side": "input", "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
+    return out
+
+
+def _large_records(rng: random.Random, c: dict[str, Any], sides: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A task as a real stream has it: many records and keys (one hot), stream time moving through many windows,
+    records behind it by up to a few windows, ties, records at a window's close, null keys and values."""
+    width = max(c.get("size") or c.get("gap") or c.get("diff") or c.get("before", 0) + c.get("after", 0), 1)
+    keys = [f"k{n}" for n in range(rng.randint(3, 8))]
+    base = rng.choice(LARGE_BASES)
+    out: list[dict[str, Any]] = []
+    for side in sides:
+        high = base
+        for offset in range(rng.randint(20, 200 // len(sides))):
+            roll = rng.random()
+            if roll < 0.6:  # on time: stream time moves on, by nothing (a tie) or by up to two windows
+                high += rng.choice([0, 0, 1, 1, 2, 3, 5, width, 2 * width])
+                ts = high
+            elif roll < 0.85:  # behind stream time by up to three windows and the grace
+                ts = max(base, high - rng.randint(1, 3 * width + c.get("grace", 0)))
+            else:  # right at a window's close: end + grace - stream time in {-1, 0, +1}
+                step = c.get("advance") or width
+                ts = max(base, (high - c.get("grace", 0)) // step * step + rng.choice([-1, 0, 1]))
+            key = keys[0] if rng.random() < 0.35 else rng.choice([*keys, None])
+            if side == "input":
+                value: Any = None if rng.random() < 0.08 else {
+                    "n": None if rng.random() < 0.1 else rng.randint(-3, 9), "p": rng.choice("xyz")}
+            else:
+                value = None if rng.random() < 0.06 else f"{side[0]}{offset}"
+            out.append({"side": side, "offset": offset, "key": key, "value": value, "timestamp": ts})
     return out
 
 

@@ -3,7 +3,7 @@
 A scenario is one operator configuration and the records of one task: ties in timestamps, records out of
 order, records exactly at a window's end + grace, null keys and values, a hot key, empty inputs, hopping
 windows whose advance does not divide their size, session gaps and sliding time differences from 1 ms,
-joins with before != after and zero grace. About one scenario in four (after every configuration is drawn once)
+joins with before != after, zero grace and a negative before or after. About one scenario in four (after every configuration is drawn once)
 is large, as a real task is: tens to hundreds of records over up to eight keys with a hot one, stream time
 moving on through many windows while records fall behind it by up to a few windows, timestamps from the epoch
 or from a day in 2024 (epoch milliseconds in the trillions). A batch is
@@ -32,7 +32,8 @@ LARGE_SHARE = 0.25  # of the scenarios drawn after every configuration once
 LARGE_BASES = (0, 1_704_067_200_000)  # a large scenario's first timestamp: the epoch, or 2024-01-01 in ms
 LARGE_KINDS = ("aggregate", "session", "sliding", "join", "filter")
 # (before, after, grace) in ms
-JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0)]
+JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0), (-2, 5, 1), (4, -1, 0), (-3, 3, 2)]  # negative: a
+# window that excludes the record's own time (before + after >= 0, as JoinWindows allows)
 FOLD = "concat(acc, coalesce(value.p, '~'))"
 MERGE = "concat(a, b)"  # session folds: the earlier session's text, then the later one's
 JOINER = "concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))"

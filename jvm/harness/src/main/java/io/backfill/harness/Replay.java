@@ -369,8 +369,9 @@ public final class Replay {
         if (eager) {
             windows = oldJoinWindows(before, after, grace);
         } else {
-            windows = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(after), Duration.ofMillis(grace))
-                .before(Duration.ofMillis(before));
+            // either side may be negative (before + after >= 0): both set explicitly, the wider one first
+            windows = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(Math.max(before, after)),
+                Duration.ofMillis(grace)).before(Duration.ofMillis(before)).after(Duration.ofMillis(after));
         }
         KStream<String, String> left = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
         KStream<String, String> right = builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()));

@@ -42,9 +42,12 @@ def dropped_reasons(kind: str, version: str | None) -> tuple[str, ...]:
     return ("null_key", "null_value") if ks_versions.profile(version).join_null_keys_reach_join else ("null_value",)
 
 
-def counted_drops(sc: Scenario, version: str | None) -> dict[str, tuple[str, ...]]:
+def counted_drops(sc: Scenario, version: str | None) -> dict[str | None, tuple[str, ...]]:
     """Per operator of a scenario's configuration, the ledger reasons its task's dropped-records metric counts:
-    a chain's upstream counts as its own kind does, its downstream as a window aggregate."""
+    a chain's upstream counts as its own kind does, its downstream as a window aggregate; an invalid timestamp
+    skipped is a row of the source (operator None), the task's dropped record all the same."""
+    if sc.kind == "invalid":
+        return {sc.operator: ("late", "null_key"), None: ("invalid_timestamp",)}
     if sc.kind != "chain":
         return {sc.operator: dropped_reasons(sc.kind, version)}
     up = {"tjoin": "table_join", "sjoin": "join", "agg": "aggregate"}[sc.config["up"]]
@@ -158,16 +161,16 @@ def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
             out.sort(key=repr)
     else:
         out = [(r["key"], None, r["value"], r["ts"]) for r in rows]
-    reasons = dropped_reasons(sc.kind, version)
-    dropped = sum(index.drops.get((op, sc.id, reason), 0) for op, counted in counted_drops(sc, version).items()
-                  for reason in counted)
+    counted = counted_drops(sc, version)
+    dropped = sum(index.drops.get((op, sc.id, reason), 0) for op, reasons in counted.items() for reason in reasons)
     refused: dict[tuple[str, int], int] = {}
     if not topologies.refusals_by_record(sc.kind):
         return Observed(out, dropped, refused)
-    for r in index.rows.get((sc.operator, sc.id), []):
-        if r["reason"] in reasons:
-            place = (side_of(r["source"]), r["offset"])
-            refused[place] = refused.get(place, 0) + 1
+    for op, reasons in counted.items():
+        for r in index.rows.get((op, sc.id), []):
+            if r["reason"] in reasons:
+                place = (side_of(r["source"]), r["offset"])
+                refused[place] = refused.get(place, 0) + 1
     return Observed(out, dropped, refused)
 
 
@@ -181,8 +184,13 @@ def agree(sc: Scenario, ours: Observed, theirs: Judged) -> bool:
 
 
 def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]]]) -> None:
-    """Each scenario's records in the processing order the reference engine derived (its task's order)."""
+    """Each scenario's records in the processing order the reference engine derived (its task's order). A
+    scenario of one partition whose timestamps may be invalid is fed whole, in offset order: the judge's own
+    extractor decides what becomes of an invalid one (the reference's order lacks the records it skipped)."""
     for sc in scenarios:
+        if sc.kind == "invalid":
+            sc.order = sorted(sc.records, key=lambda r: r["offset"])
+            continue
         by_place = {(r["side"], r["offset"]): r for r in sc.records}
         sc.order = [by_place[(side_of(o["source"]), o["offset"])] for o in order.get(sc.id, [])]
 

@@ -22,7 +22,7 @@ from backfill.conformance import topologies
 
 KINDS = ("aggregate", "session", "sliding", "join", *topologies.KINDS)
 WINDOWED = ("aggregate", "session", "sliding")
-ONE_INPUT = (*WINDOWED, "table", "filter")  # one source: `scenarios_in`
+ONE_INPUT = (*WINDOWED, "table", "filter", "invalid")  # one source: `scenarios_in` (`invalid`: one per policy)
 # (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
 AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1)]
 # (gap, grace) and (time difference, grace) in ms
@@ -30,14 +30,16 @@ SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20)]
 SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0)]
 LARGE_SHARE = 0.25  # of the scenarios drawn after every configuration once
 LARGE_BASES = (0, 1_704_067_200_000)  # a large scenario's first timestamp: the epoch, or 2024-01-01 in ms
-LARGE_KINDS = ("aggregate", "session", "sliding", "join", "filter")
+LARGE_KINDS = ("aggregate", "session", "sliding", "join", "filter", "invalid")
 # (before, after, grace) in ms
 JOIN_WINDOWS = [(2, 3, 1), (0, 5, 0), (5, 5, 2), (3, 0, 0), (-2, 5, 1), (4, -1, 0), (-3, 3, 2)]  # negative: a
 # window that excludes the record's own time (before + after >= 0, as JoinWindows allows)
 FOLD = "concat(acc, coalesce(value.p, '~'))"
 MERGE = "concat(a, b)"  # session folds: the earlier session's text, then the later one's
+ON_INVALID = {"skip": "skip", "pt": "partition_time"}  # an `invalid` configuration's policy, as the job spells it
 JOINER = "concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))"
-VALUE_SCHEMA = {"type": "object", "properties": {"n": {"type": ["integer", "null"]}, "p": {"type": "string"}}}
+VALUE_SCHEMA = {"type": "object", "properties": {"n": {"type": ["integer", "null"]}, "p": {"type": "string"},
+                                                 "t": {"type": ["integer", "null"]}}}  # t: `invalid` kind only
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Scenario:
         value = rec["value"]
         if isinstance(value, dict):
             n = "\\N" if value.get("n") is None else value["n"]
-            return f"{n},{value['p']}"
+            return f"{n},{value['p']}" + (f",{value['t']}" if "t" in value else "")
         return value
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,6 +115,8 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
             records = _aggregate_records(rng, {"advance": 5, "grace": 0})
         else:
             records = _aggregate_records(rng, config) if kind in ONE_INPUT else _join_records(rng)
+        if kind == "invalid":
+            topologies.with_event_times(rng, records)
         for r in records:  # a key belongs to one scenario (final results carry no task)
             r["key"] = None if r["key"] is None else f"{r['key']}{i}"
         out.append(Scenario(i, kind, dict(config), records))
@@ -199,17 +203,24 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
     windowed = kind in ONE_INPUT
     sides = {"input": "scenarios_in"} if windowed else {"left": "scenarios_l", "right": "scenarios_r"}
     value = "{format: json, schema: value.json}" if windowed else "{format: string}"
+    # (side, source, timestamp, the scenarios it holds): an `invalid` batch has a source per on_invalid policy
+    inputs = [(side, source, "{extractor: record, on_invalid: fail}", scenarios) for side, source in sides.items()]
+    if kind == "invalid":
+        inputs = [("input", topologies.source_of(kind, {"policy": p}, ""),
+                   f"{{extractor: field, field: t, on_invalid: {ON_INVALID[p]}}}",
+                   [sc for sc in scenarios if sc.config["policy"] == p]) for p in topologies.POLICIES]
     sources = []
-    for side, source in sides.items():
+    for side, source, timestamp, held in inputs:
         rows = [{"topic": source, "partition": sc.id, "offset": r["offset"], "key": r["key"], "value": r["value"],
-                 "timestamp": r["timestamp"]} for sc in scenarios for r in sc.records if r["side"] == side]
+                 "timestamp": r["timestamp"]} for sc in held for r in sc.records if r["side"] == side]
         (folder / "in" / f"{source}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         sources.append(f"  {source}: {{format: jsonl, path: in/{source}.jsonl, value: {value}, "
-                       f"timestamp: {{extractor: record, on_invalid: fail}}, partitions: {partitions}}}")
+                       f"timestamp: {timestamp}, partitions: {partitions}}}")
     operators, sinks = [], []
     for op, c in sorted({sc.operator: sc.config for sc in scenarios}.items()):
         if kind in topologies.KINDS:
-            operators.append(topologies.operator_yaml(kind, op, c, sides))
+            read = {**sides, "input": topologies.source_of(kind, c, sides.get("input", ""))}
+            operators.append(topologies.operator_yaml(kind, op, c, read))
         elif windowed:
             merge = f", merge: \"{MERGE}\"" if kind == "session" else ""
             operators.append(f"  - name: {op}\n    aggregate:\n      input: {sides['input']}\n"

@@ -16,7 +16,9 @@ from typing import Any
 
 from backfill.jobspec import versions as ks_versions
 
-KINDS = ("table", "table_join", "filter", "chain")
+KINDS = ("table", "table_join", "filter", "chain", "invalid")
+POLICIES = {"skip": 1, "pt": 2}  # an `invalid` configuration's on_invalid, and its number on the harness's P line
+INVALID_SHARE = 0.1  # of an `invalid` scenario's records (never its first: partition_time needs one before)
 FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
@@ -32,6 +34,9 @@ def configs(kind: str) -> list[dict[str, Any]]:
                   for h in ("inner", "left", "outer") for b, a, g in ((2, 3, 1), (0, 5, 0))]
         return joins + [{"up": "agg", "how": "-", "size": s, "advance": a, "grace": g, "before": 0, "after": 0,
                          "jgrace": 0} for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2))]
+    if kind == "invalid":
+        return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
+                for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
     if kind == "filter":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "filter": FILTERED}
                 for s, a, g in ((10, 10, 0), (10, 5, 0), (10, 5, 7), (12, 5, 3))]
@@ -88,7 +93,8 @@ def rules_key(kind: str, rules: ks_versions.Profile) -> tuple[bool, ...]:
 def dropped_reasons(kind: str) -> tuple[str, ...]:
     """The ledger reasons Kafka Streams' dropped-records metric counts."""
     return {"table": ("null_key", "null_value"), "table_join": ("null_key", "null_value", "expired"),
-            "filter": ("late", "null_key"), "chain": ()}[kind]  # a chain's: per operator (check.counted_drops)
+            "filter": ("late", "null_key"), "chain": (),  # a chain's: per operator (check.counted_drops)
+            "invalid": ("late", "null_key", "invalid_timestamp")}[kind]
 
 
 def refusals_by_record(kind: str) -> bool:
@@ -110,7 +116,7 @@ def operator_yaml(kind: str, name: str, c: dict[str, Any], sources: dict[str, st
         return (f"  - name: {name}\n    join:\n      left: {sources['left']}\n      table: {sources['right']}\n"
                 f"      how: {c['how']}{versioned}{where}\n"
                 "      value: \"concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))\"")
-    where = f"\n      where: \"value.p != '{c['filter']}'\"" if c["filter"] != "-" else ""
+    where = f"\n      where: \"value.p != '{c['filter']}'\"" if c.get("filter", "-") != "-" else ""
     if kind == "table":
         aggs = (f"{{f: {{fold: {{init: \"''\", step: \"{TOMB}\"}}}}}}" if c["agg"] == "tomb" else
                 "{c: count(), s: sum(value.n), f: {fold: {init: \"''\", step: \"concat(acc, value.p)\"}}}")
@@ -150,8 +156,29 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
     return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
 
 
+def with_event_times(rng: random.Random, records: list[dict[str, Any]]) -> None:
+    """An `invalid` scenario's timestamps in the value (`t`, read by `extractor: field`): the record's own, or for
+    some records after the first an invalid one (negative, or missing); a null value has none either, so the
+    first record has a value (under partition_time an invalid first record stops Kafka Streams and backfill)."""
+    if records and records[0]["value"] is None:
+        records[0]["value"] = {"n": 1, "p": "x"}
+    for i, r in enumerate(records):
+        if isinstance(r["value"], dict):
+            roll = rng.random()
+            t: Any = r["timestamp"] if i == 0 or roll >= INVALID_SHARE else rng.choice([-1, -5, None])
+            r["value"] = {**r["value"], "t": t} if t is not None else dict(r["value"])
+
+
+def source_of(kind: str, config: dict[str, Any], default: str) -> str:
+    """The source a configuration's operator reads: an `invalid` one the source of its policy's extractor."""
+    return f"scenarios_{config['policy']}_in" if kind == "invalid" else default
+
+
 def harness_line(kind: str, sid: int, c: dict[str, Any]) -> str:
-    """The S line of Replay.java for one scenario."""
+    """The S line of Replay.java for one scenario (an `invalid` one after the P line of its timestamps)."""
+    if kind == "invalid":
+        return (f"P\tinvalid\t{POLICIES[c['policy']]}\n"
+                f"S\t{sid}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\tupdates\tours\t-1\t-")
     if kind == "chain":
         return (f"S\t{sid}\tchain\t{c['up']}\t{c['how']}\t{c['size']}\t{c['advance']}\t{c['grace']}\t"
                 f"{c['before']}\t{c['after']}\t{c['jgrace']}")

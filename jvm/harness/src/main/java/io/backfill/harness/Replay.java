@@ -75,6 +75,8 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       field by field (count + count | sum + sum | fold . fold)
  *   S id slide diff grace emit(updates|final|close) [retention]  sliding windows, count|sum of n|fold of p;
  *                       retention: the window store's, in ms (default: 2 diff + grace, Kafka Streams' own)
+ *   P invalid 0|1|2                                        timestamps: the record's (0), else the value's third
+ *                       field (n,p,t), an invalid one (negative, missing) skipped (1) or the partition time (2)
  *   P cache bytes | P commit ms                            the record cache (statestore.cache.max.bytes; 0, the
  *                       default, turns caching off) and commit.interval.ms for the scenarios below
  *   S id join how(inner|left|outer) before after grace eager(0|1) [joiner]
@@ -121,7 +123,7 @@ public final class Replay {
         List<Future<String>> results = new ArrayList<>();
         String[] scenario = null;
         String task = null;
-        Map<String, Long> settings = new java.util.HashMap<>(Map.of("cache", 0L, "commit", 30_000L));
+        Map<String, Long> settings = new java.util.HashMap<>(Map.of("cache", 0L, "commit", 30_000L, "invalid", 0L));
         List<String[]> records = new ArrayList<>();
         String line;
         try {
@@ -142,7 +144,8 @@ public final class Replay {
                         Path dir = stateRoot.resolve(Integer.toString(results.size()));
                         long cache = settings.get("cache");
                         long commit = settings.get("commit");
-                        results.add(pool.submit(() -> replayed(s, t, rs, dir, cache, commit)));
+                        long invalid = settings.get("invalid");
+                        results.add(pool.submit(() -> replayed(s, t, rs, dir, cache, commit, invalid)));
                     }
                     default -> throw new IllegalArgumentException("unknown line: " + line);
                 }
@@ -163,11 +166,11 @@ public final class Replay {
 
     /** One task's output lines, or its error as an X line. */
     private static String replayed(String[] scenario, String task, List<String[]> records, Path stateDir,
-                                   long cache, long commit) {
+                                   long cache, long commit, long invalid) {
         StringWriter text = new StringWriter();
         PrintWriter out = new PrintWriter(text);
         try {
-            replay(scenario, task, records, stateDir, out, cache, commit);
+            replay(scenario, task, records, stateDir, out, cache, commit, invalid);
         } catch (RuntimeException e) {
             out.println("X\t" + scenario[1] + "\t" + task + "\t" + oneLine(e));
         }
@@ -176,7 +179,7 @@ public final class Replay {
     }
 
     private static void replay(String[] s, String task, List<String[]> records, Path stateDir, PrintWriter out,
-                               long cache, long commit) {
+                               long cache, long commit, long invalid) {
         boolean agg = !s[2].equals("join") && !s[2].equals("tjoin") && !s[2].equals("tagg");
         boolean twoTopics = s[2].equals("join") || s[2].equals("tjoin") || s[2].equals("chain");
         boolean cached = cache > 0;
@@ -208,6 +211,10 @@ public final class Replay {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         props.put("statestore.cache.max.bytes", Long.toString(cache));  // 0: caching off, backfill's default
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.toString(commit));
+        if (invalid > 0) {  // the timestamp is the value's third field; an invalid one skipped, or the partition time
+            props.put(StreamsConfig.DEFAULT_TIMESTAMP_EXTRACTOR_CLASS_CONFIG,
+                invalid == 1 ? Topologies.ValueTime.class : Topologies.ValueTimeOrPartitionTime.class);
+        }
         // every serde is given explicitly; 3.6 and 3.7 still look for defaults in a stream-table join's grace buffer
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);

@@ -3,6 +3,9 @@ package io.backfill.harness;
 import java.lang.reflect.Method;
 import java.time.Duration;
 
+import java.nio.charset.StandardCharsets;
+
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -18,6 +21,7 @@ import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
+import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueBytesStoreSupplier;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.Stores;
@@ -160,6 +164,42 @@ final class Topologies {
     private static String fold(String acc, String text) {
         int bar = acc.indexOf('|');
         return (Long.parseLong(acc.substring(0, bar)) + 1) + "|" + acc.substring(bar + 1) + text;
+    }
+
+    /** The value's third field (n,p,t) as the timestamp; a negative, missing or unreadable one is returned as -1,
+     * which Kafka Streams skips (LogAndSkipOnInvalidTimestamp does the same). */
+    public static final class ValueTime implements TimestampExtractor {
+        @Override
+        public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+            return of(record);
+        }
+
+        static long of(ConsumerRecord<Object, Object> record) {
+            Object value = record.value();
+            String text = value instanceof byte[] b ? new String(b, StandardCharsets.UTF_8)
+                : value instanceof String s ? s : null;
+            String[] f = text == null ? new String[0] : text.split(",", -1);
+            try {
+                return f.length > 2 ? Math.max(-1, Long.parseLong(f[2])) : -1;
+            } catch (NumberFormatException e) {
+                return -1;
+            }
+        }
+    }
+
+    /** As {@link ValueTime}, with the partition time for an invalid one (UsePartitionTimeOnInvalidTimestamp). */
+    public static final class ValueTimeOrPartitionTime implements TimestampExtractor {
+        @Override
+        public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+            long t = ValueTime.of(record);
+            if (t >= 0) {
+                return t;
+            }
+            if (partitionTime < 0) {
+                throw new IllegalStateException("an invalid timestamp and no partition time yet");
+            }
+            return partitionTime;
+        }
     }
 
     /** Stores.persistentVersionedKeyValueStore(name, history) (Kafka Streams 3.5+). */

@@ -274,7 +274,8 @@ def conformance(
                                     "set up in jvm/lib).")] = None,
         operator: Annotated[list[str] | None, typer.Option(
             "--operator", help="aggregate, session, sliding, join, table, table_join, filter, chain, invalid "
-                               "(judged by Kafka Streams), order (the merge of a task's queues, judged by a live Kafka Streams application on a local broker) or "
+                               "(judged by Kafka Streams), order (the merge of a task's queues, judged by a live "
+                               "Kafka Streams application on a local broker) or "
                                "rules (judged by Flink); repeatable; default: all but order.")] = None,
         scenarios: Annotated[int, typer.Option("--scenarios", help="Random scenarios per operator kind.")] = 300,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the scenarios (same seed, same scenarios).")] = 0,

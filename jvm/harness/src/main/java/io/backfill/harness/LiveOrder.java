@@ -113,14 +113,7 @@ public final class LiveOrder {
     public static class FieldTimeOrPartitionTime implements TimestampExtractor {
         @Override
         public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
-            long t = FieldTime.field(record);
-            if (t >= 0) {
-                return t;
-            }
-            if (partitionTime < 0) {
-                throw new IllegalStateException("an invalid timestamp and no partition time yet");
-            }
-            return partitionTime;
+            return Topologies.orPartitionTime(FieldTime.field(record), partitionTime);
         }
     }
 

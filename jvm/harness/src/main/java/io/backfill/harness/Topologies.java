@@ -191,15 +191,20 @@ final class Topologies {
     public static final class ValueTimeOrPartitionTime implements TimestampExtractor {
         @Override
         public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
-            long t = ValueTime.of(record);
-            if (t >= 0) {
-                return t;
-            }
-            if (partitionTime < 0) {
-                throw new IllegalStateException("an invalid timestamp and no partition time yet");
-            }
-            return partitionTime;
+            return orPartitionTime(ValueTime.of(record), partitionTime);
         }
+    }
+
+    /** A valid timestamp as it is, an invalid one (negative) the partition time: UsePartitionTimeOnInvalidTimestamp,
+     * which throws where there is no partition time yet. */
+    static long orPartitionTime(long t, long partitionTime) {
+        if (t >= 0) {
+            return t;
+        }
+        if (partitionTime < 0) {
+            throw new IllegalStateException("an invalid timestamp and no partition time yet");
+        }
+        return partitionTime;
     }
 
     /** Stores.persistentVersionedKeyValueStore(name, history) (Kafka Streams 3.5+). */

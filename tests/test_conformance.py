@@ -55,6 +55,8 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
         assert r.agreeing == {"reference": count}
         # not vacuous: many outputs, and Kafka Streams dropped records (late, null keys/values) in many scenarios
         assert r.outputs > 2 * count and r.dropped > count / 3, (version, r.outputs, r.dropped)
+        # each refused window of a windowed kind named by Kafka Streams' own log, and matched; a join logs none
+        assert (r.expired > count / 3) if kind != "join" else r.expired == 0, (version, r.expired)
     if kind == "join":  # the lines differ here: before 3.7 null keys never reach a join (fewer results, drops)
         by_version = {v: (r.outputs, r.dropped) for v, r in results}
         assert by_version["3.4.1"][0] < by_version["3.7.2"][0] and by_version["3.4.1"][1] < by_version["3.7.2"][1]
@@ -157,3 +159,25 @@ def test_which_record_was_dropped_is_judged_not_only_how_many(monkeypatch: pytes
     [(_, r)] = check.run_kind("aggregate", 60, SEED, ["4.4.0"], ("reference",), None, tmp_path / "b", None)
     assert len(r.differences) >= 10
     assert all(d.ours.dropped == d.theirs.dropped for d in r.differences)  # the totals alone would pass
+
+
+@pytest.mark.parametrize("kind", ["aggregate", "session", "sliding"])
+def test_the_window_and_stream_time_of_each_refusal_are_judged(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               kind: str) -> None:
+    """Kafka Streams' skipped-record log names the window it refused each late record for and the stream time
+    then (jvm/harness SkipLog). A reference engine whose `late` rows name the next window (the same records,
+    as often) is caught."""
+    from backfill.reference import engine, records, session, sliding
+
+    def shifted(rec, operator, reason, timestamp, stream_time, window, **kw):
+        moved = (window[0] + 1, window[1] + 1) if reason == "late" and window else window
+        return records.ledger_row(rec, operator, reason, timestamp, stream_time, moved, **kw)
+
+    [(_, honest)] = check.run_kind(kind, 60, SEED, ["4.4.0"], ("reference",), None, tmp_path / "a", None)
+    assert honest.differences == [] and honest.expired > 20
+    for module in (engine, session, sliding):
+        monkeypatch.setattr(module, "ledger_row", shifted)
+    [(_, r)] = check.run_kind(kind, 60, SEED, ["4.4.0"], ("reference",), None, tmp_path / "b", None)
+    assert len(r.differences) >= 10
+    # which records, and how often, still agree: only the windows tell
+    assert all(d.ours.refused == check.refused_by_kafka_streams(d.scenario, d.theirs) for d in r.differences)

@@ -6,7 +6,9 @@ What is compared, per scenario (one task):
   `emit: updates`, as a set for `emit: final` (suppression's emission order across keys is not part of
   the contract); and the task's dropped records (Kafka Streams' `dropped-records-total`) against the
   ledger's `late` and `null_key` rows, record by record: the metric is read after every input record, so
-  the judge says which record was dropped and how often (once per window refused);
+  the judge says which record was dropped and how often (once per window refused); and each late record's
+  refused windows with the stream time of the refusal, as Kafka Streams' skipped-record log names them, against
+  the `late` rows' window bounds and stream time;
 - joins: every forwarded row (key, value, timestamp) in emission order; dropped records against the
   ledger's `null_key` and `null_value` rows (an `expired` write is not a dropped record in Kafka Streams;
   before 3.7 a null-key record never reaches the join, so it is not counted there either).
@@ -65,6 +67,8 @@ class Observed:
     rows: list[tuple]
     dropped: int
     refused: dict[tuple[str, int], int] = field(default_factory=dict)  # (side, offset) -> ledger rows
+    # (side, offset) -> (window start, window end, stream time) of each `late` row, sorted
+    windows: dict[tuple[str, int], list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 SIDES = {"_in": "input", "_l": "left", "_r": "right"}  # a conformance job's source names end with its side
@@ -78,6 +82,11 @@ def side_of(source: str) -> str:
 def refused_by_kafka_streams(sc: Scenario, theirs: Judged) -> dict[tuple[str, int], int]:
     """The judge's dropped records by (side, offset): its input indexes are the scenario's processing order."""
     return {(sc.order[i]["side"], sc.order[i]["offset"]): n for i, n in theirs.refused.items()}
+
+
+def expired_by_kafka_streams(sc: Scenario, theirs: Judged) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+    """The windows Kafka Streams' skipped-record log refused each record for, by (side, offset), sorted."""
+    return {(sc.order[i]["side"], sc.order[i]["offset"]): sorted(w) for i, w in theirs.expired.items()}
 
 
 @dataclass
@@ -94,15 +103,17 @@ class Difference:
         """JSON form for --json and the reproduction folder."""
         return {"scenario": self.scenario.id, "operator": self.scenario.kind, "config": self.scenario.config,
                 "engine": self.engine, "ours": {"rows": self.ours.rows, "dropped": self.ours.dropped,
-                                                "refused": _shown(self.ours.refused)},
+                                                "refused": _shown(self.ours.refused),
+                                                "expired": _shown(self.ours.windows)},
                 "kafka_streams": {"rows": self.theirs.rows, "dropped": self.theirs.dropped,
                                   "refused": _shown(refused_by_kafka_streams(self.scenario, self.theirs)),
+                                  "expired": _shown(expired_by_kafka_streams(self.scenario, self.theirs)),
                                   "error": self.theirs.error}, "repro": self.repro}
 
 
-def _shown(refused: dict[tuple[str, int], int]) -> dict[str, int]:
-    """`side@offset` -> count, for JSON."""
-    return {f"{side}@{offset}": n for (side, offset), n in sorted(refused.items())}
+def _shown(by_record: dict[tuple[str, int], Any]) -> dict[str, Any]:
+    """`side@offset` -> count (or windows), for JSON."""
+    return {f"{side}@{offset}": n for (side, offset), n in sorted(by_record.items())}
 
 
 @dataclass
@@ -114,6 +125,7 @@ class KindResult:
     records: int
     outputs: int
     dropped: int = 0
+    expired: int = 0  # the refused windows Kafka Streams' skipped-record log named
     agreeing: dict[str, int] = field(default_factory=dict)
     differences: list[Difference] = field(default_factory=list)
 
@@ -121,7 +133,8 @@ class KindResult:
         """JSON form."""
         return {"operator": self.kind, "scenarios": self.scenarios, "records": self.records,
                 "kafka_streams_outputs": self.outputs,
-                "kafka_streams_dropped": self.dropped, "agreeing": self.agreeing,
+                "kafka_streams_dropped": self.dropped, "kafka_streams_expired_windows": self.expired,
+                "agreeing": self.agreeing,
                 "differing": {e: self.scenarios - n for e, n in self.agreeing.items()},
                 "differences": [d.to_dict() for d in self.differences[:20]]}
 
@@ -164,6 +177,7 @@ def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
     counted = counted_drops(sc, version)
     dropped = sum(index.drops.get((op, sc.id, reason), 0) for op, reasons in counted.items() for reason in reasons)
     refused: dict[tuple[str, int], int] = {}
+    windows: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
     if not topologies.refusals_by_record(sc.kind):
         return Observed(out, dropped, refused)
     for op, reasons in counted.items():
@@ -171,16 +185,20 @@ def observe(sc: Scenario, index: Index, version: str | None = None) -> Observed:
             if r["reason"] in reasons:
                 place = (side_of(r["source"]), r["offset"])
                 refused[place] = refused.get(place, 0) + 1
-    return Observed(out, dropped, refused)
+                if r["reason"] == "late" and r.get("window_start") is not None:
+                    windows.setdefault(place, []).append((r["window_start"], r["window_end"], r["stream_time"]))
+    return Observed(out, dropped, refused, {place: sorted(w) for place, w in windows.items()})
 
 
 def agree(sc: Scenario, ours: Observed, theirs: Judged) -> bool:
-    """Same rows (in order where order is part of the contract), the same number of dropped records, and the
-    same records dropped as often."""
+    """Same rows (in order where order is part of the contract), the same number of dropped records, the same
+    records dropped as often, and each late record refused for the same windows at the same stream time."""
     rows = sorted(theirs.rows, key=repr) if sc.kind != "join" and sc.config.get("emit") == "final" else theirs.rows
-    refused = refused_by_kafka_streams(sc, theirs) if topologies.refusals_by_record(sc.kind) else {}
+    by_record = topologies.refusals_by_record(sc.kind)
+    refused = refused_by_kafka_streams(sc, theirs) if by_record else {}
+    expired = expired_by_kafka_streams(sc, theirs) if by_record else {}
     return theirs.error is None and [tuple(r) for r in ours.rows] == [tuple(r) for r in rows] \
-        and ours.dropped == theirs.dropped and ours.refused == refused
+        and ours.dropped == theirs.dropped and ours.refused == refused and ours.windows == expired
 
 
 def attach_order(scenarios: list[Scenario], order: dict[int, list[dict[str, Any]]]) -> None:
@@ -264,7 +282,8 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
         reported, judged = judge(present, version)
         progress(f"  Kafka Streams {version}: done in {time.monotonic() - started:.1f} s")
         result = KindResult(kind, len(present), sum(len(sc.records) for sc in present),
-                            sum(len(j.rows) for j in judged.values()), sum(j.dropped for j in judged.values()))
+                            sum(len(j.rows) for j in judged.values()), sum(j.dropped for j in judged.values()),
+                            sum(len(w) for j in judged.values() for w in j.expired.values()))
         for engine in engines:
             agreeing = 0
             for sc in present:

@@ -28,12 +28,15 @@ class Judged:
     """What Kafka Streams did with one scenario: forwarded rows in order, dropped-record count, or an error.
 
     `refused`: input index (the scenario's processing order) -> how much the task's dropped-record metric rose
-    while that record was processed (a windowed aggregate counts every window it refuses the record)."""
+    while that record was processed (a windowed aggregate counts every window it refuses the record).
+    `expired`: input index -> the (window start, window end, stream time) of every window Kafka Streams'
+    skipped-record log says it refused that record for, in the order it said them."""
 
     rows: list[tuple] = field(default_factory=list)
     dropped: int = 0
     error: str | None = None
     refused: dict[int, int] = field(default_factory=dict)
+    expired: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 def versions() -> list[str]:
@@ -121,6 +124,8 @@ def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> t
             results[int(f[1])].rows.append((key, window, value, int(f[7])))
         elif f[0] == "K":
             results[int(f[1])].refused[int(f[3])] = int(f[4])
+        elif f[0] == "W":
+            results[int(f[1])].expired.setdefault(int(f[3]), []).append((int(f[4]), int(f[5]), int(f[6])))
         elif f[0] == "D":
             results[int(f[1])].dropped = int(f[3])
         elif f[0] == "X":

@@ -232,8 +232,8 @@ class _Replay:
         d = self.diff
         self.seq, self.out = seq, 0
         close = st - self.grace
-        if t + 1 + d <= close:
-            self.rows.append((REFUSED, None, None, t - d, None, None, None, None, seq))
+        if t + 1 + d <= close:  # one ledger row, for the window Kafka Streams' skipped-record log names
+            self.rows.append((REFUSED, None, None, t, None, None, None, None, seq))
             return False
         if t < d:
             self._early(key, t, close)

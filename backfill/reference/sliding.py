@@ -115,8 +115,8 @@ class SlidingAggregate:
         self.stream_time = max(self.stream_time, t)  # step 2
         close = self.stream_time - self.grace
         self.seq, self.out, self.rec = seq, 0, rec
-        if t + 1 + d <= close:  # step 3: even its right window would have ended
-            self._late(t - d, t)
+        if t + 1 + d <= close:  # step 3: even its right window would have ended; the window its log names
+            self._late(t, t + d)
             return False
         if t < d:
             self._early(key, t, close)

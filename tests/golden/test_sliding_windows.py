@@ -92,15 +92,16 @@ def test_suppress_final_sliding_windows_raw_and_suppressed(tmp_path, spark, engi
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_record_whose_right_window_would_have_ended_is_dropped(tmp_path, spark, engine):
-    # D 10, grace 0: at stream time 30 a record at 19 is dropped (19 + 1 + 10 <= 30), one at 20 is kept: it updates
-    # [20, 30] and makes its right window [21, 31] (a copy without it), though its own left window [10, 20] has
-    # ended (a late row for that window)
+    # D 10, grace 0: at stream time 30 a record at 19 is dropped (19 + 1 + 10 <= 30): one late row, for the
+    # window [19, 29] Kafka Streams' skipped-record log names (§10.2); one at 20 is kept: it updates [20, 30] and
+    # makes its right window [21, 31] (a copy without it), though its own left window [10, 20] has ended (a late
+    # row for that window)
     inputs = timeline([("k", "a", 30), ("k", "b", 19), ("k", "c", 20)])
     got = run_job(tmp_path, aggregate_job("{type: sliding, time_difference: 10ms, grace: 0ms}", CONCAT, "updates"),
                   {"s": inputs}, engine=engine)
     assert got.code == 0, got.stderr
     assert sorted((d["timestamp"], d["window_start"], d["window_end"]) for d in got.ledger) == [
-        (19, 9, 19), (20, 10, 20)]
+        (19, 19, 29), (20, 10, 20)]
     rows = sorted((r["window_start"], r["window_end"], r["v"], r["ts"]) for r in got.outputs["agg"])
     assert rows == [(20, 30, "0+a", 30), (20, 30, "0+a+c", 30), (21, 31, "0+a", 30)]
 

@@ -22,6 +22,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.stream.Stream;
 
 import org.apache.kafka.common.Metric;
@@ -97,6 +99,8 @@ import org.apache.kafka.streams.test.TestRecord;
  *   E                                                      end of the task: replay it
  * Output (stdout): V version; O id task key start end value ts; K id task index n: the task's dropped-record
  *                       metric rose by n while the record at that index (0-based, in input order) was processed;
+ *                       W id task index start end streamTime: Kafka Streams' skipped-record log refused the
+ *                       record at that index for the window [start, end] at that stream time (SkipLog);
  *                       D id task dropped; X id task message.
  *
  * <p>The driver commits after every input record, and a commit flushes the record cache: with the cache on,
@@ -108,6 +112,9 @@ public final class Replay {
     private static final ValueJoiner<String, String, String> JOINER =
         (l, r) -> (l == null ? "-" : l) + "|" + (r == null ? "-" : r);
     private static final ValueJoiner<String, String, String> PLUS = (l, r) -> l + "+" + r;
+    // Kafka Streams' words for a refused window: [start,end) for time windows, [start,end] for sessions and sliding
+    private static final Pattern EXPIRED =
+        Pattern.compile("window=\\[(-?\\d+),(-?\\d+)[)\\]] expiration=\\[-?\\d+\\] streamTime=\\[(-?\\d+)\\]");
 
     private Replay() {
     }
@@ -229,10 +236,21 @@ public final class Replay {
             TestOutputTopic<String, String> output =
                 driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
             long before = 0;
+            List<String> heard = SkipLog.listen();
             for (int i = 0; i < records.size(); i++) {
                 String[] r = records.get(i);
                 TestInputTopic<String, String> topic = r[1].equals("R") ? right : left;
                 topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
+                // the windows the record was refused for, and the stream time then, as the skipped-record log says
+                for (String said : heard) {
+                    if (Boolean.getBoolean("backfill.debug")) System.err.println(said);
+                    Matcher m = EXPIRED.matcher(said);
+                    if (m.find()) {
+                        out.println(String.join("\t", "W", s[1], task, Integer.toString(i), m.group(1), m.group(2),
+                            m.group(3)));
+                    }
+                }
+                heard.clear();
                 // which record the task dropped, and how often (a windowed aggregate counts each window it refuses)
                 long now = (long) dropped(driver.metrics());
                 if (now > before) {
@@ -255,6 +273,8 @@ public final class Replay {
                     Long.toString(rec.timestamp())));
             }
             out.println("D\t" + s[1] + "\t" + task + "\t" + (long) dropped(driver.metrics()));
+        } finally {
+            SkipLog.stop();
         }
     }
 

@@ -124,6 +124,22 @@ def test_a_wrong_grace_is_caught_and_shrunk_to_a_job(monkeypatch: pytest.MonkeyP
         assert (folder / "job.yaml").exists()
 
 
+@pytest.mark.parametrize("kind", ["session", "sliding", "join"])
+def test_a_wrong_grace_is_caught_for_every_kind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str) -> None:
+    """The mutation check of each kind Kafka Streams judges (the aggregate's is above, with shrinking): Kafka
+    Streams runs every scenario with a grace one millisecond longer than backfill's, and the judge sees it."""
+    real_judge = harness.judge
+
+    def judge_with_longer_grace(scenarios: list[Scenario], version: str, **kw):
+        return real_judge([Scenario(s.id, s.kind, {**s.config, "grace": s.config["grace"] + 1}, s.records, s.order)
+                           for s in scenarios], version, **kw)
+
+    # the same 60 scenarios agree with the honest judge (the first 60 of the 300 judged above, same seed)
+    monkeypatch.setattr(check, "judge", judge_with_longer_grace)
+    [(_, r)] = check.run_kind(kind, 60, SEED, ["4.4.0"], ("reference",), None, tmp_path, None)
+    assert 0 < len(r.differences) < 60, len(r.differences)
+
+
 def test_an_unknown_version_is_a_one_line_error() -> None:
     result = cli("--kafka-streams", "2.0.0", "--engine", "reference")
     assert result.exit_code == 2

@@ -509,6 +509,18 @@ class OperatorSpec(Strict):
         return "aggregate" if self.aggregate is not None else "join" if self.join is not None else "rules"
 
     @property
+    def processor(self) -> str:
+        """Which processor runs it, the key both engines' registries dispatch on: join, table_join (a join with
+        `table:`, docs/semantics.md §17), rules, the aggregate's window type (tumbling, hopping, sliding,
+        session) or table (an aggregate without a window, §16)."""
+        if self.join is not None:
+            return "join" if self.join.table is None else "table_join"
+        if self.rules is not None:
+            return "rules"
+        assert self.aggregate is not None
+        return self.aggregate.window.type if self.aggregate.window is not None else "table"
+
+    @property
     def inputs(self) -> list[str]:
         """Names of the sources (or the operator, docs/semantics.md §18) this operator reads."""
         if self.aggregate is not None:

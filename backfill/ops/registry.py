@@ -15,7 +15,7 @@ from backfill.ops.sliding import SlidingAggregate
 from backfill.ops.table_aggregate import TableAggregate
 from backfill.ops.table_join import TableJoin
 
-# by join, or by the aggregate's window type
+# by OperatorSpec.processor: the join's kind, rules, or the aggregate's window type
 OPERATORS: dict[str, type[Operator]] = {
     "join": StreamJoin,
     "table_join": TableJoin,  # a join with `table:` (docs/semantics.md §17)
@@ -28,19 +28,9 @@ OPERATORS: dict[str, type[Operator]] = {
 }
 
 
-def kind_of(spec: OperatorSpec) -> str:
-    """The registry key of a job operator."""
-    if spec.join is not None:
-        return "join" if spec.join.table is None else "table_join"
-    if spec.rules is not None:
-        return "rules"
-    assert spec.aggregate is not None
-    return spec.aggregate.window.type if spec.aggregate.window is not None else "table"
-
-
 def operator_for(job: Job, spec: OperatorSpec, index: int, sink: str | None, start: int | None,
                  end: int | None) -> Operator:
     """The planned operator for the job's operator number `index` over the range [start, end)."""
-    op = OPERATORS[kind_of(spec)].from_job(job, spec, index, sink, start, end)
+    op = OPERATORS[spec.processor].from_job(job, spec, index, sink, start, end)
     profile = versions.profile(job.spec.kafka_streams)
     return op if op.profile == profile else dataclasses.replace(op, profile=profile)

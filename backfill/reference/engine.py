@@ -435,21 +435,23 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
         processor.finish()
 
 
-def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile
-               ) -> WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate | TableJoin:
-    """One operator instance per task, by kind."""
-    if op.join is not None and op.join.table is not None:
-        return TableJoin(op, task, result, rules)
-    if op.join is not None:
-        return StreamJoin(op, task, result, rules)
-    assert op.aggregate is not None
-    if op.aggregate.window is None:
-        return TableAggregate(op, task, result)
-    if op.aggregate.window.type == "session":
-        return SessionAggregate(op, task, result)
-    if op.aggregate.window.type == "sliding":
-        return SlidingAggregate(op, task, result)
-    return WindowAggregate(op, task, result)
+Processor = WindowAggregate | SessionAggregate | SlidingAggregate | StreamJoin | TableAggregate | TableJoin
+# the reference engine's own registry, by OperatorSpec.processor: the one place a new Kafka Streams processor
+# registers here (the rules operator replays Flink on its own path)
+PROCESSORS: dict[str, Callable[[OperatorSpec, int, ReferenceResult, versions.Profile], Processor]] = {
+    "join": StreamJoin,
+    "table_join": TableJoin,
+    "tumbling": lambda op, task, result, _: WindowAggregate(op, task, result),
+    "hopping": lambda op, task, result, _: WindowAggregate(op, task, result),
+    "sliding": lambda op, task, result, _: SlidingAggregate(op, task, result),
+    "session": lambda op, task, result, _: SessionAggregate(op, task, result),
+    "table": lambda op, task, result, _: TableAggregate(op, task, result),
+}
+
+
+def _processor(op: OperatorSpec, task: int, result: ReferenceResult, rules: versions.Profile) -> Processor:
+    """One operator instance per task, from the registry."""
+    return PROCESSORS[op.processor](op, task, result, rules)
 
 
 def _topic_of(records: list[dict[str, Any]], default: str) -> str:

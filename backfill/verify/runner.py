@@ -32,7 +32,7 @@ from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
 from backfill.jobspec.topology import upstream
-from backfill.ops.registry import OPERATORS, kind_of
+from backfill.ops.registry import OPERATORS
 from backfill.verify.reconcile import (MATCH, MISMATCH, Comparison, Tolerance, align, parse_tolerances, reconcile,
                                        require_columns)
 from backfill.verify.tables import (TableRef, apply_mapping, decode_window_topic, is_topic_archive, parse_ref,
@@ -503,7 +503,7 @@ def _join_samples(rows: DataFrame, attributed: DataFrame | None) -> list[dict[st
 def _verified_as(plan: Plan, name: str) -> str:
     """How verify reconciles the operator's output (its class's `verified_as`); one line where it does not."""
     spec = plan.job.spec.operator(name)
-    cls = OPERATORS[kind_of(spec)]
+    cls = OPERATORS[spec.processor]
     if cls.verified_as is None:
         raise SpecError(f"operators.{name}: verify reconciles window aggregates and stream-stream joins; this "
                         f"operator is a {cls.noun}; compare its output with backfill diff")

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from backfill.cli import app
 from tests.golden.harness import run_job
+from tests.seeds import SEEDS, property_settings
 
-# fixed examples in CI; FUZZ_EXAMPLES=5 fuzzes that many fresh batches of 1,200 records
-_DEEP = int(os.environ.get("FUZZ_EXAMPLES", "0"))
+# a fresh batch of 1,200 records each run (tests/seeds.py); FUZZ_EXAMPLES=5 fuzzes that many
 VALID: dict[str, Any] = {
     "name": "fuzz",
     "sources": {
@@ -145,9 +144,8 @@ def _causes(ledger: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.mark.spark
-@settings(max_examples=_DEEP or 1, derandomize=not _DEEP, deadline=None, database=None, phases=[Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32))
+@property_settings(env="FUZZ_EXAMPLES")
+@given(seed=SEEDS)
 def test_malformed_records_go_to_the_ledger_with_the_same_cause_in_both_engines(tmp_path_factory, spark, seed):
     batch = lines(random.Random(seed), 1200)
     tmp = tmp_path_factory.mktemp("fuzzrec")

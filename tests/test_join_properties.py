@@ -8,23 +8,18 @@ and sit on window and retention edges; keys and values are sometimes null.
 from __future__ import annotations
 
 import json
-import os
 import random
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 
 from tests.golden.harness import JOINER, run_job
+from tests.seeds import SEEDS, property_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-# no shrinking: one Spark run per example; a failure prints its full example, to be kept as a golden test
-# fixed examples in CI; PROPERTY_EXAMPLES=40 searches that many fresh random ones
-_DEEP = int(os.environ.get("PROPERTY_EXAMPLES", "0"))
-SETTINGS = settings(max_examples=_DEEP or 1, deadline=None, derandomize=not _DEEP,
-                    phases=[Phase.explicit, Phase.generate],
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# a fresh seed each run beside the regression seeds (tests/seeds.py); a failure prints its seed
+SETTINGS = property_settings()
 
 # (before, after, grace): symmetric, asymmetric, one side negative, zero retention, grace beyond the data
 WINDOWS = [(0, 0, 0), (5, 5, 0), (5, 5, 3), (0, 10, 0), (10, 0, 2), (-3, 8, 0), (8, -3, 1), (3, 7, 20), (2, 2, 1),
@@ -92,7 +87,7 @@ def _rows(rows: list[dict[str, Any]], drop: tuple[str, ...] = ()) -> list[str]:
 @pytest.mark.parametrize("release", ["4.4", "3.6"])
 def test_spark_join_equals_reference(tmp_path_factory, spark, release):
     @SETTINGS
-    @given(seed=st.integers(0, 2**32 - 1))
+    @given(seed=SEEDS)
     def check(seed: int) -> None:
         inputs = timelines(seed)
         windows = random.Random(seed + 1).sample(WINDOWS, 5)

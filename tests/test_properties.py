@@ -6,24 +6,19 @@ their own tasks (state and stream time never cross tasks), as the design suggest
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given
 
 from tests.golden.harness import aggregate_job, run_job
+from tests.seeds import SEEDS, property_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-# no shrinking: one Spark job per example; a failure prints its full example, to be kept as a golden test
-# fixed examples in CI; PROPERTY_EXAMPLES=40 searches that many fresh random ones
-_DEEP = int(os.environ.get("PROPERTY_EXAMPLES", "0"))
-SETTINGS = settings(max_examples=_DEEP or 1, deadline=None, derandomize=not _DEEP,
-                    phases=[Phase.explicit, Phase.generate],
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# a fresh seed each run beside the regression seeds (tests/seeds.py); a failure prints its seed
+SETTINGS = property_settings()
 
 # timestamps near window and grace edges, with regressions and ties; now and then an invalid one (missing or
 # negative: each source's on_invalid policy decides) or one that is not a number (an unreadable record).
@@ -37,7 +32,6 @@ WINDOWS = [
     "{type: hopping, size: 15ms, advance: 5ms, grace: 2ms}",
 ]
 POLICIES = ("skip", "partition_time")
-SEEDS = st.integers(0, 2**32 - 1)
 
 
 def _stamp(rng: random.Random) -> Any:

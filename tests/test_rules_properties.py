@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 
 from tests.golden.harness import run_job
-from tests.test_properties import SEEDS, SETTINGS
+from tests.seeds import SEEDS
+from tests.test_properties import SETTINGS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 CONFIGS = [(order, versions, compat) for order in ("arrival", "event_time") for versions in ("as_of_arrival", "final")

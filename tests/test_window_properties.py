@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 
 from tests.golden.harness import run_job
-from tests.test_properties import _DEEP, EMITS, POLICIES, SEEDS, SETTINGS, _job, _ledger, _rows, n_schema, scenarios
+from tests.seeds import DEEP, SEEDS
+from tests.test_properties import EMITS, POLICIES, SETTINGS, _job, _ledger, _rows, n_schema, scenarios
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 WINDOWS = {
@@ -59,7 +60,7 @@ def test_spark_equals_reference(tmp_path_factory, spark, kind):
         # by default the ranged pass alone (its range reads nearly every record, and the whole-input path of
         # these kinds is the goldens' and the aggregate property test's): a run of 15 operators on both engines
         # is the suite's longest test; PROPERTY_EXAMPLES=N runs both passes on N scenarios
-        for args in (((), ranged) if _DEEP else (ranged,)):
+        for args in (((), ranged) if DEEP else (ranged,)):
             label = "ranged " if args else ""
             fast = run_job(tmp / f"spark{len(args)}", job, inputs, *args)
             oracle = run_job(tmp / f"ref{len(args)}", job, inputs, *args, engine="reference")

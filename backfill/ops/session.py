@@ -39,6 +39,7 @@ from backfill.jobspec.rekeys import rekey_why, stream_name
 from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite, check_null_drops, task_stream_time
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
+from backfill.ops.windows import SessionWindows
 from backfill.sqldialect import SparkSQL
 
 if TYPE_CHECKING:
@@ -80,20 +81,16 @@ class SessionAggregate(KernelAggregate):
                    warmup_ms=gap, why=tuple(why))
 
     def settled_by(self, end: int) -> int:
-        """A session starting before `end` with no record within a gap after `end` closes at end + gap + grace."""
-        return end + self.gap + self.grace_ms()
+        """A session starting before `end` with no record within a gap after `end` ends by `end`, so it has closed
+        once stream time passes the close of a session ending at `end`: end + gap + grace (docs/semantics.md
+        §11.2)."""
+        return self.windows.close(end)
 
     @property
-    def gap(self) -> int:
-        """The inactivity gap."""
+    def windows(self) -> SessionWindows:
+        """The gap and grace, and their close rule."""
         assert self.spec is not None and self.spec.aggregate is not None
-        return int(self.spec.aggregate.window.gap or 0)
-
-    @property
-    def grace(self) -> int:
-        """The grace period."""
-        assert self.spec is not None and self.spec.aggregate is not None
-        return self.spec.aggregate.window.grace_ms
+        return SessionWindows.of(self.spec.aggregate.window)
 
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """The kernel's merge trees, then values, tombstones and late ledger rows."""
@@ -122,7 +119,7 @@ class SessionAggregate(KernelAggregate):
 
 
 # ---------------------------------------------------------------------------------------------- the kernel
-def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, grace: int, groups: bool,
+def replay_sessions(keys: list[Any], ts: list[int], st: list[int], windows: SessionWindows, groups: bool,
                     suppress: bool = False) -> dict[str, list[Any]]:
     """Replay one task's session store in processing order (docs/semantics.md §11.1-§11.3).
 
@@ -131,7 +128,7 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
     the task's releases; `pending`: still buffered at the end), docs/semantics.md §11.5.
     """
     n = len(ts)
-    retention = gap + grace
+    gap, retention, closed = windows.gap, windows.retention, windows.closed
     store: dict[Any, tuple[list[int], list[int], list[int]]] = {}  # key -> starts, ends, nodes (disjoint, sorted)
     store_time: int | None = None
     late = [False] * n
@@ -141,7 +138,7 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
     has_parent = [False] * n
     replaced = [False] * n
     bounds: dict[tuple[Any, int, int], int] = {}  # (key, start, end) -> the node the store holds there
-    buffer = SuppressBuffer(gap + grace) if suppress else None
+    buffer = SuppressBuffer(retention) if suppress else None  # released once stream time reaches end + P + G
     for i in range(n):
         t, key = ts[i], keys[i]
         entry = store.get(key)
@@ -157,7 +154,7 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], gap: int, gra
             m += 1
         lo, hi = (min(t, starts[j]), max(t, ends[m - 1])) if m > j else (t, t)
         w_start[i], w_end[i] = lo, hi
-        if hi < st[i] - grace - gap:
+        if closed(hi, st[i]):  # the merged session has closed: late (docs/semantics.md §11.2)
             late[i] = True
             continue
         if m > j:
@@ -258,13 +255,13 @@ def _groups(root: int, children: list[list[int] | None], node_lo: list[int | Non
             todo.append(child)
 
 
-def _kernel(gap: int, grace: int, groups: bool, suppress: bool) -> Any:
+def _kernel(windows: SessionWindows, groups: bool, suppress: bool) -> Any:
     """The applyInPandas function: one task's keyed records -> the kernel's columns per record."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # in the Python worker; the CLI does not pay for pandas
 
         pdf = pdf.sort_values("seq", kind="stable")
-        cols = replay_sessions(pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(), gap, grace, groups,
+        cols = replay_sessions(pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(), windows, groups,
                                suppress)
         frame = pd.DataFrame({"task": pdf["task"].to_numpy(), "seq": pdf["seq"].to_numpy(), **cols})
         for c in ("pos", "node_lo", "root_lo", "init_idx", "step_idx", "merge_idx", "released"):
@@ -281,7 +278,7 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     `counts` the records the kernel merged into a session (contributing) and those it found late."""
     spec = op.aggregate
     assert spec is not None
-    gap, grace = int(spec.window.gap or 0), spec.window.grace_ms
+    windows = SessionWindows.of(spec.window)
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate", session=True)
     recs = ordered.where((F.col("source") == stream_name(op)) & F.col("_drop").isNull())
     null_keys = ledger_rows(recs.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
@@ -290,7 +287,7 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     updates = spec.emit == "updates"
     suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (keyed.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
-              .applyInPandas(_kernel(gap, grace, updates or suppress, suppress), KERNEL_SCHEMA)
+              .applyInPandas(_kernel(windows, updates or suppress, suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
     if counts is not None:  # one kernel row per keyed record: its fate
         fates = {r["late"]: r["count"] for r in kernel.groupBy("late").count().collect()}
@@ -304,7 +301,7 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     if updates:
         return OperatorResult(output=_updates(nodes, aggs), ledger=ledger, range_column="window_start",
                               cached=(kernel,))
-    roots = _suppressed(nodes, aggs) if suppress else _final(nodes, aggs, gap, grace, final_st)
+    roots = _suppressed(nodes, aggs) if suppress else _final(nodes, aggs, windows, final_st)
     return FinalWindows(output=roots.where("_closed").select(*final_columns(roots)), ledger=ledger,
                         range_column="window_start", windows=roots, operator=op.name, cached=(kernel,))
 
@@ -359,7 +356,7 @@ def _updates(nodes: DataFrame, aggs: list[CompiledAggregation]) -> DataFrame:
     return merged.unionByName(tombs)
 
 
-def _final(nodes: DataFrame, aggs: list[CompiledAggregation], gap: int, grace: int,
+def _final(nodes: DataFrame, aggs: list[CompiledAggregation], windows: SessionWindows,
            final_st: Mapping[int, int]) -> DataFrame:
     """Every session (a merge tree's root) with its values, `_closed` and `_split` (kept by two tasks)."""
     sql = [a for a in aggs if not a.is_fold]
@@ -378,7 +375,7 @@ def _final(nodes: DataFrame, aggs: list[CompiledAggregation], gap: int, grace: i
     tasks = Window.partitionBy("key", "window_start", "window_end")
     return valued.select(
         "key", "window_start", "window_end", *[a.name for a in aggs], F.col("window_end").alias("ts"), "task",
-        F.coalesce(F.col("window_end") + F.lit(gap + grace) < task_st, F.lit(False)).alias("_closed"),
+        F.coalesce(windows.closed(F.col("window_end"), task_st), F.lit(False)).alias("_closed"),
         (F.min("task").over(tasks) != F.max("task").over(tasks)).alias("_split"))
 
 

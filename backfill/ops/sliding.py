@@ -32,6 +32,7 @@ from backfill.ops.base import Check, OperatorCounts, OperatorResult, OutputSuite
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
 from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
+from backfill.ops.windows import SlidingWindows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,7 +59,8 @@ class SlidingAggregate(KernelAggregate):
         agg = spec.aggregate
         assert agg is not None
         compile_aggregations(agg.aggregations, f"{job.path}: operators.{spec.name}.aggregate")
-        diff, grace = int(agg.window.time_difference or 0), agg.window.grace_ms
+        windows = SlidingWindows.of(agg.window)
+        diff, grace = windows.diff, windows.grace
         why = rekey_why(spec) + close_why(spec)
         if start is not None:
             why.append(f"warm-up: records with timestamp >= {start - 2 * diff} are read (2 x time difference before "
@@ -66,7 +68,8 @@ class SlidingAggregate(KernelAggregate):
                        "window copies one of them")
         last_start = close = None
         if end is not None:
-            last_start, close = end - 1, end + diff + grace
+            last_start = end - 1
+            close = windows.close(last_start + diff) + 1  # the first stream time past its close
             why.append(f"cool-down: windows up to start {last_start} close when stream time passes their end + grace "
                        f"(reaches {close}); each partition is processed up to its first record at or after it")
         return cls(name=spec.name, kind="aggregate", inputs=(agg.input,), emit=agg.emit, sink=sink, spec=spec,
@@ -120,16 +123,18 @@ class _Window:
 class _Replay:
     """One task's sliding-window store replayed on (key, ts, stream time) (docs/semantics.md §10.1-§10.3)."""
 
-    def __init__(self, diff: int, grace: int, updates: bool, suppress: bool = False, on_close: bool = False) -> None:
-        self.diff, self.grace, self.updates = diff, grace, updates
-        self.buffer = SuppressBuffer(grace) if suppress else None  # its buffer time: the inclusive end
+    def __init__(self, windows: SlidingWindows, updates: bool, suppress: bool = False, on_close: bool = False
+                 ) -> None:
+        self.rule, self.diff, self.updates = windows, windows.diff, updates
+        self.closed = windows.closed  # the close rule (docs/semantics.md §10.2), bound once for the per-record loop
+        self.buffer = SuppressBuffer(windows.grace) if suppress else None  # its buffer time: the inclusive end
         # emit-on-close (docs/semantics.md §10.5): a time-ordered store (it shows starts >= store time - retention),
         # the closed windows it shows emitted after each record that reaches the end of processing
         self.on_close = on_close
         self.closing: list[tuple[int, bytes, int, Any, _Window]] = []  # every window put, by start then key
         self.emitted: list[_Window] = []
         self.last_emit: int | None = None
-        self.retention = 2 * diff + grace
+        self.retention = windows.retention
         self.store_time: int | None = None
         self.starts: dict[Any, list[int]] = {}  # key -> sorted starts still visible
         self.windows: dict[Any, dict[int, _Window]] = {}  # key -> start -> visible window
@@ -158,19 +163,18 @@ class _Replay:
         return start >= oldest if self.on_close else start > oldest
 
     def emit_closed(self, st: int) -> None:
-        """maybeForwardFinalResult (throttle 0) after a record: the windows with start up to close - D - 1 the
-        store shows, by start, then key; a closed window the store no longer shows is never emitted."""
-        close = st - self.grace
-        if self.last_emit is not None and close <= self.last_emit:
+        """maybeForwardFinalResult (throttle 0) after a record: the closed windows (start up to stream time - G -
+        D - 1) the store shows, by start, then key; a closed window the store no longer shows is never emitted."""
+        upper = self.rule.last_closed_start(st)
+        if self.last_emit is not None and upper <= self.last_emit:
             return
-        upper = close - self.diff - 1
         if upper < 0:
             return
         while self.closing and self.closing[0][0] <= upper:
             start, _, _, key, window = heapq.heappop(self.closing)
             if self.stored.get((key, start)) is window and self._shows(start):
                 self.emitted.append(window)
-        self.last_emit = close
+        self.last_emit = upper
 
     def _put(self, key: Any, start: int, members: list[int], ts: int) -> _Window:
         windows = self.windows.setdefault(key, {})
@@ -196,11 +200,11 @@ class _Replay:
         """RELEASED rows (emit_seq: the place in the task's releases or emissions) and PENDING rows (still
         buffered, or open at the end): the window, its start, timestamp and member count at the update kept."""
         if self.on_close:
-            close = (st if st is not None else 0) - self.grace
+            now = st if st is not None else 0
             return ([(RELEASED, w.wid, None, w.start, None, w.ts, len(w.members), place, None)
                      for place, w in enumerate(self.emitted)]
                     + [(PENDING, w.wid, None, w.start, None, w.ts, len(w.members), None, None)
-                       for w in self.stored.values() if w.start + self.diff >= close])
+                       for w in self.stored.values() if not self.closed(w.start + self.diff, now)])
         if self.buffer is None:
             return []
         return ([(RELEASED, wid, None, start, None, ts, held, place, None)
@@ -208,10 +212,10 @@ class _Replay:
                 + [(PENDING, wid, None, start, None, ts, held, None, None)
                    for wid, start, ts, held in self.buffer.pending()])
 
-    def _update(self, key: Any, start: int, window: _Window | None, seed: list[int], close: int, t: int) -> None:
-        """updateWindowAndForward (docs/semantics.md §10.2): the record joins the window while its end >= close time; a new window
-        (`window` None) starts from `seed` with timestamp t."""
-        if start + self.diff < close:
+    def _update(self, key: Any, start: int, window: _Window | None, seed: list[int], st: int, t: int) -> None:
+        """updateWindowAndForward (docs/semantics.md §10.2): the record joins the window unless it has closed at
+        stream time `st`; a new window (`window` None) starts from `seed` with timestamp t."""
+        if self.closed(start + self.diff, st):
             self.rows.append((REFUSED, None, None, start, None, None, None, None, self.seq))
             return
         if window is None:
@@ -231,12 +235,11 @@ class _Replay:
         """§10.2-§10.3; whether the record reached the end of processing."""
         d = self.diff
         self.seq, self.out = seq, 0
-        close = st - self.grace
-        if t + 1 + d <= close:  # one ledger row, for the window Kafka Streams' skipped-record log names
+        if self.rule.expired(t, st):  # one ledger row, for the window Kafka Streams' skipped-record log names
             self.rows.append((REFUSED, None, None, t, None, None, None, None, seq))
             return False
         if t < d:
-            self._early(key, t, close)
+            self._early(key, t, st)
             return False
         windows = self.windows.get(key, {})
         left: _Window | None = None
@@ -253,11 +256,11 @@ class _Replay:
             elif end > t:
                 if right is None:
                     right = (list(window.members), window.ts)
-                self._update(key, start, window, [], close, t)
+                self._update(key, start, window, [], st, t)
             elif end == t:
                 left_done = True
                 before = window.ts
-                self._update(key, start, window, [], close, t)
+                self._update(key, start, window, [], st, t)
                 if before < t:
                     prev = before
                 else:
@@ -266,15 +269,15 @@ class _Replay:
                 left, prev = window, window.ts
                 break
         if prev is not None and prev + 1 not in seen and prev + 1 + d >= t:  # the previous record's right window
-            self._update(key, prev + 1, None, [], close, t)
+            self._update(key, prev + 1, None, [], st, t)
         if not left_done:
             copied = left is not None and prev is not None and t - d <= prev
-            self._update(key, t - d, None, left.members if copied and left is not None else [], close, t)
+            self._update(key, t - d, None, left.members if copied and left is not None else [], st, t)
         if not right_done and right is not None and right[1] > t:  # this record's right window, without it
             self._forward(key, self._put(key, t + 1, right[0], right[1]), COPY)
         return True
 
-    def _early(self, key: Any, t: int, close: int) -> None:
+    def _early(self, key: Any, t: int, st: int) -> None:
         """docs/semantics.md §10.1: records before D share [0, D]; right windows as usual (forward read)."""
         windows = self.windows.get(key, {})
         combined: _Window | None = None
@@ -291,7 +294,7 @@ class _Replay:
                     prev = window.ts
             elif start <= t:
                 right = (list(window.members), window.ts)
-                self._update(key, start, window, [], close, t)
+                self._update(key, start, window, [], st, t)
             elif start == t + 1:
                 right_done = True
         if right is None and combined is not None and combined.ts > t:
@@ -299,18 +302,18 @@ class _Replay:
         if not right_done and right is not None and right[1] > t:
             self._forward(key, self._put(key, t + 1, right[0], right[1]), COPY)
         if prev is not None and prev + 1 not in seen:
-            self._update(key, prev + 1, None, [], close, t)
-        self._update(key, 0, combined, [], close, t)
+            self._update(key, prev + 1, None, [], st, t)
+        self._update(key, 0, combined, [], st, t)
 
 
-def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int], diff: int, grace: int,
+def replay_sliding(seq: list[int], keys: list[Any], ts: list[int], st: list[int], windows: SlidingWindows,
                    updates: bool, suppress: bool = False, on_close: bool = False) -> list[tuple]:
     """Replay one task in processing order. Rows (KERNEL_SCHEMA without task): WINDOW (every window stored, its
     members in aggregation order; `held` 1 unless a later window replaced it under its start), UPDATE (emit:
     updates; how many members the window held), COPY (a right
     window created without the record), REFUSED (an update refused as late, by window start) and JOINED (the
     record was aggregated into at least one window)."""
-    replay = _Replay(diff, grace, updates, suppress, on_close)
+    replay = _Replay(windows, updates, suppress, on_close)
     rows = replay.rows
     for i in range(len(seq)):
         replay.joined = False
@@ -326,14 +329,14 @@ def _long(value: int) -> bytes:
     return value.to_bytes(8, "big", signed=True)
 
 
-def _kernel(diff: int, grace: int, updates: bool, suppress: bool, on_close: bool) -> Any:
+def _kernel(windows: SlidingWindows, updates: bool, suppress: bool, on_close: bool) -> Any:
     """The applyInPandas function: one task's records with a key and a value -> kernel rows."""
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         import pandas as pd  # in the Python worker; the CLI does not pay for pandas
 
         pdf = pdf.sort_values("seq", kind="stable")
         rows = replay_sliding(pdf["seq"].tolist(), pdf["key"].tolist(), pdf["ts"].tolist(), pdf["st"].tolist(),
-                              diff, grace, updates, suppress, on_close)
+                              windows, updates, suppress, on_close)
         frame = pd.DataFrame(rows, columns=["kind", "wid", "key_seq", "window_start", "members", "ts", "held",
                                             "emit_seq", "seq"])
         frame.insert(0, "task", int(pdf["task"].iloc[0]))
@@ -350,7 +353,7 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     `counts` the records aggregated into a window (contributing) and those refused by every window (late)."""
     spec = op.aggregate
     assert spec is not None
-    diff, grace = int(spec.window.time_difference or 0), spec.window.grace_ms
+    windows = SlidingWindows.of(spec.window)
     aggs = compile_aggregations(spec.aggregations, f"operators.{op.name}.aggregate")
     recs = ordered.where((F.col("source") == stream_name(op)) & F.col("_drop").isNull())
     ledger = ledger_rows(recs.where(F.col("key").isNull()), reason=NULL_KEY, operator=op.name,
@@ -361,12 +364,12 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     updates = spec.emit == "updates"
     suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (live.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
-              .applyInPandas(_kernel(diff, grace, updates, suppress, not updates and not suppress), KERNEL_SCHEMA)
+              .applyInPandas(_kernel(windows, updates, suppress, not updates and not suppress), KERNEL_SCHEMA)
               .persist(StorageLevel.MEMORY_AND_DISK))
     refused = kernel.where(F.col("kind") == REFUSED).select("task", "seq", "window_start")
     ledger = ledger.unionByName(ledger_rows(
         live.join(refused, ["task", "seq"]), reason=LATE, operator=op.name, stream_time=F.col(st),
-        window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(diff),
+        window_start=F.col("window_start"), window_end=F.col("window_start") + F.lit(windows.diff),
         range_time=F.col("window_start")))
     per_record = kernel.where(F.col("kind").isin(JOINED, REFUSED)).groupBy("task", "seq").agg(
         F.max((F.col("kind") == JOINED).cast("int")).alias("joined")).groupBy("joined").count().collect()
@@ -379,13 +382,13 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
         F.posexplode("members").alias("pos", "seq")
     ).join(live.select("task", "seq", *fields), ["task", "seq"])
     if updates:
-        return OperatorResult(output=_updates(members, kernel, aggs, diff), ledger=ledger,
+        return OperatorResult(output=_updates(members, kernel, aggs, windows.diff), ledger=ledger,
                               range_column="window_start", cached=(kernel,))
-    windows = _suppressed(members, kernel, aggs, diff)
+    finals = _suppressed(members, kernel, aggs, windows.diff)
     if not suppress:  # emitted on close: each window once, in no order the output keeps
-        windows = windows.drop("emit_seq")
-    return FinalWindows(output=windows.where("_closed").select(*final_columns(windows)), ledger=ledger,
-                        range_column="window_start", windows=windows, operator=op.name, cached=(kernel,))
+        finals = finals.drop("emit_seq")
+    return FinalWindows(output=finals.where("_closed").select(*final_columns(finals)), ledger=ledger,
+                        range_column="window_start", windows=finals, operator=op.name, cached=(kernel,))
 
 
 def _running(aggs: list[CompiledAggregation]) -> list[Column]:

@@ -1,8 +1,9 @@
 """Part: operators. Time windows (docs/semantics.md §4.1): epoch-aligned, no negative starts, end exclusive; join windows
-(docs/semantics.md §5)."""
+(docs/semantics.md §5); the close rule of sliding windows (§10) and sessions (§11)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -64,6 +65,83 @@ class TimeWindows:
         """Column: the newest window start closed at `stream_time` (a window is closed iff its start is at most
         this): stream time - size - grace."""
         return stream_time - F.lit(self.size + self.grace)
+
+
+Time = TypeVar("Time", int, Column)  # the close rules below take plain ints (kernels) or Spark columns (verify)
+
+
+class _Closing:
+    """The close rule of windows whose end is inclusive (sliding windows, sessions): a window ending at `end`
+    closes at `close(end)`; its operator refuses records for it, and emit-on-close emits it, once stream time
+    has **passed** that time, while suppress releases it once its stream time **reaches** it (docs/semantics.md
+    §10.4, §11.5). The one definition the kernels, their final rows, their plans and verify call."""
+
+    def close(self, end: Time) -> Time:
+        """The stream time at which a window ending at `end` closes."""
+        raise NotImplementedError
+
+    def closed(self, end: Time, stream_time: Time) -> Time:
+        """The window ending at `end` is closed at `stream_time`: stream time passed its close (a record for it is
+        late; emit-on-close emits it)."""
+        return self.close(end) < stream_time
+
+    def reached(self, end: Time, stream_time: Time) -> Time:
+        """Stream time reached the close of the window ending at `end`: suppress releases it."""
+        return self.close(end) <= stream_time
+
+
+@dataclass(frozen=True)
+class SlidingWindows(_Closing):
+    """SlidingWindows time difference D and grace G in ms (docs/semantics.md §10): windows [start, start + D]."""
+
+    diff: int
+    grace: int
+
+    @classmethod
+    def of(cls, spec: WindowSpec) -> SlidingWindows:
+        """From a validated sliding window spec."""
+        return cls(diff=int(spec.time_difference or 0), grace=spec.grace_ms)
+
+    @property
+    def retention(self) -> int:
+        """How far behind the newest start the store still shows a window: 2D + G (§10.5)."""
+        return 2 * self.diff + self.grace
+
+    def close(self, end: Time) -> Time:
+        """end + G: the window is updated while its end is at or after stream time - G (§10.2)."""
+        return end + self.grace
+
+    def last_closed_start(self, stream_time: Time) -> Time:
+        """The newest start of a window closed at `stream_time` (closed iff its start is at most this):
+        stream time - G - D - 1."""
+        return stream_time - (self.grace + self.diff + 1)
+
+    def expired(self, t: Time, stream_time: Time) -> Time:
+        """A record at `t` is dropped at once: even its right window [t + 1, t + 1 + D] has reached its close
+        (t + 1 + D <= stream time - G, §10.2)."""
+        return self.reached(t + 1 + self.diff, stream_time)
+
+
+@dataclass(frozen=True)
+class SessionWindows(_Closing):
+    """SessionWindows inactivity gap P and grace G in ms (docs/semantics.md §11): sessions [first, last]."""
+
+    gap: int
+    grace: int
+
+    @classmethod
+    def of(cls, spec: WindowSpec) -> SessionWindows:
+        """From a validated session window spec."""
+        return cls(gap=int(spec.gap or 0), grace=spec.grace_ms)
+
+    @property
+    def retention(self) -> int:
+        """How far behind the store's time it still shows a session's end: P + G (§11.1)."""
+        return self.gap + self.grace
+
+    def close(self, end: Time) -> Time:
+        """end + P + G: a record whose merged session ends before stream time - G - P is late (§11.2)."""
+        return end + self.retention
 
 
 # outer-store side byte (docs/semantics.md §5.3): right rows sort before left rows of equal timestamp

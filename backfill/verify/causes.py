@@ -49,7 +49,7 @@ from pyspark.sql import types as T
 from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.io.sources import decoded, read_source
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
-from backfill.ops.windows import TimeWindows
+from backfill.ops.windows import SessionWindows, SlidingWindows, TimeWindows
 from backfill.plan.definition import Plan
 from backfill.session import release as free
 from backfill.jobspec.models import OperatorSpec
@@ -569,20 +569,17 @@ def _gap_rows(ev: Evidence, parts: list[Any]) -> list[Any]:
     return ev.gaps.where(F.col("partition").isin(gapped)).collect() if gapped else []
 
 
-def _bounds_gaps(out: DataFrame, ev: Evidence, window: Any, end: Column) -> DataFrame:
+def _bounds_gaps(out: DataFrame, ev: Evidence, rule: SessionWindows | SlidingWindows, end: Column) -> DataFrame:
     """`_gap` for sliding and session windows: an offset gap in the key's partition while the window could still
-    take a record (sliding: its end at or after stream time - grace; a session: within a gap more) and could
-    hold one from the gap (a record at t is in sliding windows starting by t + 1, merges sessions starting by
-    t + gap)."""
-    session = window.type == "session"
-    reach = int(window.gap or 0) if session else 1
-    hold = window.grace_ms + (int(window.gap or 0) if session else 0)
+    take a record (stream time had not passed its close) and could hold one from the gap (a record at t is in
+    sliding windows starting by t + 1, merges sessions starting by t + gap)."""
+    reach = rule.gap if isinstance(rule, SessionWindows) else 1
     hits = []
     for g in _gap_rows(ev, ev.partitions.collect()):
         lo = g["st_before"] if g["st_before"] is not None else -1
         hi = max(lo, g["ts_after"] if g["ts_after"] is not None else lo)
         in_partition = F.when(F.col("_parts").isNotNull(), F.array_contains("_parts", g["partition"])).otherwise(True)
-        open_then = (end + F.lit(hold) >= F.lit(lo)) & (F.col("window_start") <= F.lit(hi + reach))
+        open_then = ~rule.closed(end, F.lit(lo)) & (F.col("window_start") <= F.lit(hi + reach))
         text = f"partition {g['partition']} offsets {g['gap_from']}-{g['gap_to']} are missing in the input"
         hits.append(F.when(in_partition & open_then, F.lit(text)))
     return out.withColumn("_gap", F.coalesce(*hits) if hits else F.lit(None).cast("string"))
@@ -657,7 +654,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     assert op.aggregate is not None
     w = op.aggregate.window
     session = w.type == "session"
-    gap = int(w.gap or 0) if session else 0
+    rule = SessionWindows.of(w) if session else SlidingWindows.of(w)
+    gap = rule.gap if isinstance(rule, SessionWindows) else 0
     nonmatch = result.where(F.col("category") != MATCH)
     dup, missing, extra = cmp.label("duplicate"), cmp.label("missing"), cmp.label("extra")
     parts = ev.records.join(distinct_keys(nonmatch), "key", "left_semi").groupBy("key").agg(
@@ -665,12 +663,13 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     out = nonmatch.join(parts, "key", "left").withColumn(
         "_task", F.when(F.size("_parts") == 1, F.col("_parts")[0]).cast("int"))
     out = out.join(ev.partitions.select(F.col("partition").alias("_task"), "end_st"), "_task", "left")
-    # still open at the end of the data read: emit-on-close needs end < ST - grace (- gap), suppress end <= it
+    # still open at the end of the data read: emit-on-close emits once stream time passed the window's close,
+    # suppress once it reached it (docs/semantics.md §10.4, §11.5)
     end = F.col("window_end") if "window_end" in cmp.keys else \
         F.coalesce(F.col("l_window_end"), F.col("r_window_end"), F.col("window_start"))
     suppress = op.aggregate.emit == "final" and op.aggregate.close_mechanism == "suppress"
-    closes = end + F.lit(w.grace_ms + gap)
-    open_ = bounds.in_data_read(F.coalesce(closes > F.col("end_st") if suppress else closes >= F.col("end_st"),
+    closes = rule.close(end)
+    open_ = bounds.in_data_read(F.coalesce(~(rule.reached if suppress else rule.closed)(end, F.col("end_st")),
                                            F.lit(False)), F.col("category"), missing)
     if session:  # a session missing on one side that overlaps another of the same key on the other side
         lonely = out.where(F.col("category").isin(missing, extra)).select(
@@ -685,7 +684,7 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         out = out.join(near, ["key", "window_start", "window_end"], "left")
     else:
         out = out.withColumn("_other", F.lit(None).cast("string"))
-    out = _bounds_gaps(out, ev, w, end)
+    out = _bounds_gaps(out, ev, rule, end)
     out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
     outside = F.col(bounds.BOUND).isNotNull()
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))

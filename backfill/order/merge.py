@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backfill.order import cooldown
+
 
 class JavaHeap:
     """java.util.PriorityQueue over small ints with a comparator on `key(x)`: offer and poll."""
@@ -78,8 +80,7 @@ def task_order(rows: Sequence[dict[str, Any]], until: Sequence[int | None]) -> l
             before = partition_time
             if r["ts"] is not None:
                 partition_time = r["ts"] if partition_time is None else max(partition_time, r["ts"])
-            bound = until[q] if q is not None and q < len(until) else None
-            beyond = bound is not None and before is not None and before >= bound
+            beyond = cooldown.beyond_record(before, until[q] if q is not None and q < len(until) else None)
             if r["ts"] is not None and r["counted"] and q is not None and not beyond:
                 queue.units.append([i])
                 queue.heads.append(r["ts"])

@@ -34,6 +34,7 @@ from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.join import as_processed
 from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
+from backfill.order import cooldown
 from backfill.order.tasks import Queues, check_copartitioned, order_records, spread_partitions
 from backfill.plan import fused, offsets
 from backfill.plan.definition import Plan
@@ -690,9 +691,7 @@ def _line_number(file: str, text: str) -> int | None:
 
 def _beyond(plan: Plan) -> Column:
     """Records after their partition's first record at/after the cool-down bound: never processed."""
-    # a partition's first record is never beyond
-    before = F.coalesce(F.col("_partition_time_before"), F.lit(-1))
-    conds = [(F.col("source") == s.name) & (before >= F.lit(s.read_until))
+    conds = [(F.col("source") == s.name) & cooldown.beyond(F.col("_partition_time_before"), s.read_until)
              for s in plan.sources if s.read_until is not None]
     return functools.reduce(lambda a, b: a | b, conds) if conds else F.lit(False)
 

@@ -50,6 +50,7 @@ from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.io.sources import decoded, read_source
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.windows import SessionWindows, SlidingWindows, TimeWindows
+from backfill.order import cooldown
 from backfill.plan.definition import Plan
 from backfill.session import release as free
 from backfill.jobspec.models import OperatorSpec
@@ -155,12 +156,8 @@ def input_records(spark: SparkSession, plan: Plan, op: OperatorSpec, store: bool
     reaches = F.col("_r")
     raw = df.where(reaches).select(*RECORD_COLUMNS)
     until = plan.source(source).read_until
-    if until is not None:
-        # the run's cool-down cut: nothing after a partition's first record past it, i.e. every record up to
-        # and including the partition's first record with ts >= until (one aggregation, no ordering)
-        cut = df.where(F.col("ts") >= F.lit(until)).groupBy("partition").agg(F.min("offset").alias("_cut"))
-        df = df.join(F.broadcast(cut), "partition", "left").where(
-            F.col("_cut").isNull() | (F.col("offset") <= F.col("_cut")))
+    if until is not None:  # the run's cool-down cut, without ordering the records
+        df = cooldown.up_to_cut(df, until)
     records = df.where(reaches).select(*RECORD_COLUMNS)
     if reuse is None:
         return Input(raw, records, offsets, held)

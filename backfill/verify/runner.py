@@ -27,7 +27,8 @@ from backfill.ops.windows import TimeWindows
 from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
-from backfill.verify import bounds, cache, joins, mechanism, restarts
+from backfill.verify import evidence
+from backfill.verify import bounds, cache, join_evidence, joins, mechanism, restarts
 from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
@@ -274,7 +275,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
                          "stream's updates must be a coalescing of the backfill's (docs/semantics.md §14)")
         ledger = _ledger(spark, plan)
         differs = sum(counts.values()) - counts[MATCH]
-        ev = causes_mod.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
+        ev = evidence.gather(spark, plan, op, ledger, last_run(plan.runs_sink, plan.job.spec.name, plan.start,
                                                                  plan.end), store=bool(differs))
         notes.append(f"each task's stream time at the end of the data: {ev.stream_times_from}")
         notes.append(f"which input records reached the operator: {ev.values_checked_by}")
@@ -315,7 +316,7 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     finally:
         compared.unpersist()
         if ev is not None:
-            causes_mod.release(ev)
+            evidence.release(ev)
 
 
 def _update_sequences(compared: DataFrame, result: DataFrame, backfill: DataFrame, stream: DataFrame,
@@ -383,19 +384,19 @@ def write_corrections(spark: SparkSession, result: DataFrame, attributed: DataFr
     return {"path": str(path), "format": sink.format, "rows": sum(counts.values()), "by_correction": counts}
 
 
-def _restart_evidence(stream: DataFrame, compared: DataFrame, ev: causes_mod.Evidence, cmp: Comparison,
-                      commits: restarts.Commits | None, updates: bool, name: str) -> causes_mod.RestartEvidence:
+def _restart_evidence(stream: DataFrame, compared: DataFrame, ev: evidence.Evidence, cmp: Comparison,
+                      commits: restarts.Commits | None, updates: bool, name: str) -> evidence.RestartEvidence:
     """The committed offsets of the operator's input topic; else what the stream itself shows: a final window
     emitted again with another value, or a window with more updates than one per record."""
     if commits is not None:
         topics = [r["topic"] for r in ev.raw.select("topic").distinct().limit(100).collect()] \
             if len({t for t, _, _ in commits if t is not None}) > 1 else []
-        return causes_mod.RestartEvidence(commits=restarts.commits_for(commits, topics, name))
+        return evidence.RestartEvidence(commits=restarts.commits_for(commits, topics, name))
     if not set(cmp.right_order) >= {"partition", "offset"}:
-        return causes_mod.RestartEvidence()
+        return evidence.RestartEvidence()
     if updates:
-        return causes_mod.RestartEvidence(changed=restarts.replayed_updates(compared, cmp.keys))
-    return causes_mod.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
+        return evidence.RestartEvidence(changed=restarts.replayed_updates(compared, cmp.keys))
+    return evidence.RestartEvidence(changed=restarts.changed_reemissions(stream, cmp.keys, cmp.columns))
 
 
 def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str], progress: Progress,
@@ -432,7 +433,7 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
             run = last_run(plan.runs_sink, plan.job.spec.name, plan.start, plan.end)
-            attributed = joins.attribute(rows, joins.evidence(plan, op, vtype, spark, run, outputs))
+            attributed = joins.attribute(rows, join_evidence.evidence(plan, op, vtype, spark, run, outputs))
             counts = {c: 0 for c in joins.categories()}
             counts[MATCH] = rows.where(F.col("category") == MATCH).count()
             for r in attributed.groupBy("category", "cause").count().collect():
@@ -558,7 +559,7 @@ def _output_key(plan: Plan, op: Any, settings: Any) -> Any:
 
 
 def _text_key(df: DataFrame) -> DataFrame:
-    return df.withColumn("key", causes_mod.key_text(df))
+    return df.withColumn("key", evidence.key_text(df))
 
 
 def _in_range(plan: Plan, df: DataFrame) -> DataFrame:
@@ -579,7 +580,7 @@ def _notes(cmp: Comparison, order: tuple[str, ...], updates: bool) -> list[str]:
     return notes
 
 
-def _written(plan: Plan, positions: tuple[DataFrame, DataFrame], ev: causes_mod.Evidence) -> bounds.Written:
+def _written(plan: Plan, positions: tuple[DataFrame, DataFrame], ev: evidence.Evidence) -> bounds.Written:
     """What shows where the stream's output starts and ends (verify/bounds.py): both outputs' window starts, each
     key's task (its input partition), and the run's declared range."""
     mine, theirs = positions
@@ -654,7 +655,7 @@ def diff_tables(spark: SparkSession, old: str, new: str, on: list[str], toleranc
 # ----------------------------------------------------------------------------- what the report shows
 
 
-def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, ev: causes_mod.Evidence | None,
+def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, ev: evidence.Evidence | None,
              windows: TimeWindows | None) -> list[dict[str, Any]]:
     """A few rows per (category, cause), with the input records behind them when the input is known."""
     # the matches (most rows): the first few by key without ordering them all
@@ -683,11 +684,11 @@ def _samples(result: DataFrame, attributed: DataFrame | None, cmp: Comparison, e
                                        order.get(r["category"], 99), str(r[cmp.keys[0]])))
 
 
-def _attach_inputs(rows: list[dict[str, Any]], ev: causes_mod.Evidence, windows: TimeWindows) -> None:
+def _attach_inputs(rows: list[dict[str, Any]], ev: evidence.Evidence, windows: TimeWindows) -> None:
     """Each sampled window's first input records (partition, offset, ts, status, value) and how many it has."""
     spark = ev.raw.sparkSession
     wanted = spark.createDataFrame([(r["key"], r["window_start"]) for r in rows], "key string, window_start long")
-    found = causes_mod.sample_members(ev, windows, wanted, RECORDS_PER_SAMPLE).select(
+    found = evidence.sample_members(ev, windows, wanted, RECORDS_PER_SAMPLE).select(
         "key", "window_start", "partition", "offset", "ts", "status", F.to_json(F.struct("value")).alias("value"),
         "total")
     by_window: dict[tuple[str, int], list[dict[str, Any]]] = {}

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from backfill.jobspec.load import load_job
 from backfill.plan.builder import build_plan
-from backfill.verify.causes import DECODED_ALL, reusable_reading
+from backfill.verify.evidence import DECODED_ALL, reusable_reading
 from tests.verify.test_reconcile_causes import INPUT, MISSING, STREAM, _stream_file
 from tests.verify.test_reconcile_causes import JOB as DEFECTS_JOB
 

@@ -1,4 +1,4 @@
-"""Stream time at arrival for the few records a cause needs (verify/causes.py `stream_times`).
+"""Stream time at arrival for the few records a cause needs (verify/evidence.py `stream_times`).
 
 The attribution no longer orders the whole input: per-block maxima give the stream time before a block,
 and only the blocks holding the wanted records are ordered. Checked against the plain prefix maximum
@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from backfill.verify import causes
+from backfill.verify import evidence as causes
 
 
 def test_stream_times_are_the_prefix_maximum_of_the_partition(spark: Any, monkeypatch: Any) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill.conformance.check import KindResult, reference_summary, spark_summary
+from backfill.conformance.harness import time_allowed
 from backfill.errors import SpecError
 from backfill.session import SHORT_RUN_OPTIONS
 
@@ -150,7 +151,7 @@ def encode(scenarios: list[RulesScenario]) -> str:
     return "\n".join(out) + "\n"
 
 
-def judge(scenarios: list[RulesScenario], timeout_s: float = 600) -> dict[int, list[tuple]]:
+def judge(scenarios: list[RulesScenario], timeout_s: float | None = None) -> dict[int, list[tuple]]:
     """Flink's alerts per scenario: (rule id, grouping key, partition@offset, value) in emission order."""
     jar = LIB / "flink-harness" / "backfill-flink-harness.jar"
     if not jar.exists() or not any((LIB / f"flink-{FLINK_VERSION}").glob("*.jar")):
@@ -158,8 +159,13 @@ def judge(scenarios: list[RulesScenario], timeout_s: float = 600) -> dict[int, l
     cp = os.pathsep.join([str(jar), str(LIB / f"flink-{FLINK_VERSION}" / "*")])
     java = shutil.which("java") or "java"
     # a one-shot JVM like the Kafka Streams harness's: 300 scenarios judged in 2.5 s instead of 2.9-4.0 s
-    done = subprocess.run([java, *SHORT_RUN_OPTIONS, "-cp", cp, "io.backfill.flink.RulesHarness"],
-                          input=encode(scenarios), capture_output=True, text=True, timeout=timeout_s)
+    allowed = timeout_s if timeout_s is not None else time_allowed(len(scenarios))
+    try:
+        done = subprocess.run([java, *SHORT_RUN_OPTIONS, "-cp", cp, "io.backfill.flink.RulesHarness"],
+                              input=encode(scenarios), capture_output=True, text=True, timeout=allowed)
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"the Flink harness did not finish {len(scenarios):,} scenarios in {allowed:.0f} s; judge "
+                        "fewer at a time (--scenarios) on a busy machine") from None
     lines = done.stdout.splitlines()
     if done.returncode != 0 or not lines or lines[-1] != "END":
         raise SpecError(f"the Flink harness failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")

@@ -97,17 +97,28 @@ def encode(scenarios: list[Scenario]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def judge(scenarios: list[Scenario], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
+def judge(scenarios: list[Scenario], version: str, timeout_s: float | None = None) -> tuple[str, dict[int, Judged]]:
     """Replay every scenario in one JVM; returns the version the JVM reported and the results by scenario id."""
     return replay(encode(scenarios), [sc.id for sc in scenarios], version, timeout_s)
 
 
-def replay(text: str, ids: list[int], version: str, timeout_s: float = 600) -> tuple[str, dict[int, Judged]]:
+def time_allowed(scenarios: int) -> float:
+    """How long one JVM may take for a batch: 10 minutes, and 0.2 s more per scenario (a replay takes a few ms
+    each on a quiet machine; 10,000 scenarios under load took more than the 10 minutes once)."""
+    return 600 + 0.2 * scenarios
+
+
+def replay(text: str, ids: list[int], version: str, timeout_s: float | None = None) -> tuple[str, dict[int, Judged]]:
     """Run the harness on its input text (the protocol of Replay.java); results for the scenario ids given."""
     check_version(version)
     # a replay is seconds of JVM time: the quick compiler only and one GC thread (about 10% faster here)
     command = ["java", "-Xss4m", *SHORT_RUN_OPTIONS, "-cp", classpath(version), "io.backfill.harness.Replay"]
-    proc = subprocess.run(command, input=text, capture_output=True, text=True, timeout=timeout_s, check=False)
+    allowed = timeout_s if timeout_s is not None else time_allowed(len(ids))
+    try:
+        proc = subprocess.run(command, input=text, capture_output=True, text=True, timeout=allowed, check=False)
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"the Kafka Streams {version} harness did not finish {len(ids):,} scenarios in "
+                        f"{allowed:.0f} s; judge fewer at a time (--scenarios) on a busy machine") from None
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-3:])
         raise SpecError(f"the Kafka Streams {version} harness failed (exit {proc.returncode}): {tail}")

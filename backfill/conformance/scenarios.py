@@ -6,7 +6,8 @@ windows whose advance does not divide their size, session gaps and sliding time 
 joins with before != after, zero grace and a negative before or after. About one scenario in four (after every configuration is drawn once)
 is large, as a real task is: tens to hundreds of records over up to eight keys with a hot one, stream time
 moving on through many windows while records fall behind it by up to a few windows, timestamps from the epoch
-or from a day in 2024 (epoch milliseconds in the trillions). A batch is
+or from a day in 2024 (epoch milliseconds in the trillions). A hopping and a sliding window are sized as
+applications size them (minutes, seconds of grace): their tasks' timestamps spread over hours. A batch is
 written as one job: each configuration is an operator, each scenario its own partition number (so its
 own task: state and stream time never cross scenarios).
 """
@@ -24,10 +25,14 @@ KINDS = ("aggregate", "session", "sliding", "join", *topologies.KINDS)
 WINDOWED = ("aggregate", "session", "sliding")
 ONE_INPUT = (*WINDOWED, "table", "filter", "invalid")  # one source: `scenarios_in` (`invalid`: one per policy)
 # (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
-AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1)]
+# and windows sized as applications size them (minutes, seconds of grace), whose tasks' timestamps spread over
+# hours (SECOND: their unit). Not yet for sessions and joins: their stores drop whole segments, which backfill
+# does not model (docs/semantics.md §4.8)
+AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1), (300_000, 60_000, 30_000)]
 # (gap, grace) and (time difference, grace) in ms
 SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20)]
-SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0)]
+SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0), (60_000, 5_000)]
+SECOND = 1000
 LARGE_SHARE = 0.25  # of the scenarios drawn after every configuration once
 LARGE_BASES = (0, 1_704_067_200_000)  # a large scenario's first timestamp: the epoch, or 2024-01-01 in ms
 LARGE_KINDS = ("aggregate", "session", "sliding", "join", "filter", "invalid")
@@ -114,7 +119,7 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
         elif kind == "table":  # no window: timestamps drawn as for a tumbling 5 ms window
             records = _aggregate_records(rng, {"advance": 5, "grace": 0})
         else:
-            records = _aggregate_records(rng, config) if kind in ONE_INPUT else _join_records(rng)
+            records = _aggregate_records(rng, config) if kind in ONE_INPUT else _join_records(rng, config)
         if kind == "invalid":
             topologies.with_event_times(rng, records)
         for r in records:  # a key belongs to one scenario (final results carry no task)
@@ -123,8 +128,20 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
     return out
 
 
+def _unit(c: dict[str, Any]) -> int:
+    """The time unit of a small task's timestamps: ms for windows of milliseconds; for windows sized as
+    applications size them, seconds and a millisecond either side (ties and exact boundaries kept)."""
+    width = c.get("size") or c.get("gap") or c.get("diff") or c.get("after") or 0
+    return SECOND if width >= SECOND else 1
+
+
+def _scaled(rng: random.Random, ts: int, unit: int) -> int:
+    return ts if unit == 1 else max(0, ts * unit + rng.choice([0, 0, 0, 1, -1]))
+
+
 def _aggregate_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, Any]]:
     keys = ["a"] if rng.random() < 0.2 else ["a", "b", "c", "a", None]  # a hot key now and then
+    unit = _unit(c)
     out: list[dict[str, Any]] = []
     high = 0
     for offset in range(rng.choice([0, *range(1, 16)])):
@@ -136,7 +153,8 @@ def _aggregate_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, 
         elif roll < 0.45 and out:  # a tie with a record already seen
             ts = rng.choice(out)["timestamp"]
         else:
-            ts = rng.choice([rng.randint(0, 60), rng.choice([0, 1, 4, 5, 9, 10, 11, 14, 15, 19, 20, 30])])
+            ts = _scaled(rng, rng.choice([rng.randint(0, 60), rng.choice([0, 1, 4, 5, 9, 10, 11, 14, 15, 19, 20, 30])]),
+                         unit)
         high = max(high, ts)
         value = None if rng.random() < 0.12 else {"n": None if rng.random() < 0.15 else rng.randint(-3, 9),
                                                   "p": rng.choice("xyz")}
@@ -173,12 +191,13 @@ def _large_records(rng: random.Random, c: dict[str, Any], sides: tuple[str, ...]
     return out
 
 
-def _join_records(rng: random.Random) -> list[dict[str, Any]]:
+def _join_records(rng: random.Random, c: dict[str, Any]) -> list[dict[str, Any]]:
     keys = ["a"] if rng.random() < 0.2 else ["a", "b", "a", None]
+    unit = _unit(c)
     out = []
     for side, prefix in (("left", "l"), ("right", "r")):
         for offset in range(rng.choice([0, *range(1, 10)])):
-            ts = rng.choice([rng.randint(0, 30), rng.choice([0, 1, 2, 3, 5, 8, 10])])
+            ts = _scaled(rng, rng.choice([rng.randint(0, 30), rng.choice([0, 1, 2, 3, 5, 8, 10])]), unit)
             value = None if rng.random() < 0.1 else f"{prefix}{offset}"
             out.append({"side": side, "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
     return out

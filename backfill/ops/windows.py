@@ -68,6 +68,7 @@ class TimeWindows:
 
 
 Time = TypeVar("Time", int, Column)  # the close rules below take plain ints (kernels) or Spark columns (verify)
+Truth = bool | Column  # what a rule's test gives: a bool for ints, a boolean column for columns
 
 
 class _Closing:
@@ -80,12 +81,12 @@ class _Closing:
         """The stream time at which a window ending at `end` closes."""
         raise NotImplementedError
 
-    def closed(self, end: Time, stream_time: Time) -> Time:
+    def closed(self, end: Time, stream_time: Time) -> Truth:
         """The window ending at `end` is closed at `stream_time`: stream time passed its close (a record for it is
         late; emit-on-close emits it)."""
         return self.close(end) < stream_time
 
-    def reached(self, end: Time, stream_time: Time) -> Time:
+    def reached(self, end: Time, stream_time: Time) -> Truth:
         """Stream time reached the close of the window ending at `end`: suppress releases it."""
         return self.close(end) <= stream_time
 
@@ -116,7 +117,7 @@ class SlidingWindows(_Closing):
         stream time - G - D - 1."""
         return stream_time - (self.grace + self.diff + 1)
 
-    def expired(self, t: Time, stream_time: Time) -> Time:
+    def expired(self, t: Time, stream_time: Time) -> Truth:
         """A record at `t` is dropped at once: even its right window [t + 1, t + 1 + D] has reached its close
         (t + 1 + D <= stream time - G, §10.2)."""
         return self.reached(t + 1 + self.diff, stream_time)

@@ -51,8 +51,13 @@ def pytest_configure(config: pytest.Config) -> None:
                    check=False)
 
 
-SLOW = [line.split(None, 1)[1] for line in (REPO / "tests" / "slow.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")]
+_MEASURED = [line.split(None, 1) for line in (REPO / "tests" / "slow.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+SLOW = [entry for _, entry in _MEASURED]
+# seconds per test file, as measured: the longest files are handed out first
+FILE_SECONDS: dict[str, float] = {}
+for _secs, _entry in _MEASURED:
+    FILE_SECONDS[_entry.split("::")[0]] = FILE_SECONDS.get(_entry.split("::")[0], 0.0) + float(_secs)
 
 
 def _listed_slow(nodeid: str) -> bool:
@@ -67,10 +72,16 @@ def _listed_slow(nodeid: str) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests tests/slow.txt names (measured, scripts/slow_tests.py) are `slow`, as if marked in their file."""
+    """The tests tests/slow.txt names (measured, scripts/slow_tests.py) are `slow`, as if marked in their file.
+
+    Files then run longest first (their measured seconds; a file's tests keep their order): the workers take a
+    file at a time (`--dist loadfile`), and a long file handed out last kept one worker busy alone."""
     for item in items:
         if _listed_slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
+    rank = {path: i for i, path in enumerate(dict.fromkeys(item.nodeid.split("::")[0] for item in items))}
+    items.sort(key=lambda item: (-FILE_SECONDS.get(item.nodeid.split("::")[0], 0.0),
+                                 rank[item.nodeid.split("::")[0]]))
 
 
 @pytest.fixture

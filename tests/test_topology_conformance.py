@@ -29,7 +29,12 @@ SEED = 7
 def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -> None:
     for version in VERSIONS[kind]:
         harness.check_version(version)
-    results = check.run_kind(kind, 300, SEED, VERSIONS[kind], ("reference",), None, tmp_path, tmp_path / "failures")
+    # the current line judges 200 scenarios, each other line the first 100 of them (every configuration is in
+    # those; the README gives 10,000 per kind under the current line)
+    results = check.run_kind(kind, 200, SEED, VERSIONS[kind][:1], ("reference",), None, tmp_path,
+                             tmp_path / "failures")
+    results += check.run_kind(kind, 100, SEED, VERSIONS[kind][1:], ("reference",), None, tmp_path,
+                              tmp_path / "failures")
     for version, r in results:
         assert [d.to_dict() for d in r.differences] == [], f"Kafka Streams {version}"
         assert r.agreeing == {"reference": r.scenarios}
@@ -38,7 +43,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
         assert r.outputs > r.scenarios and r.dropped > r.scenarios // 3, (version, r.scenarios, r.outputs, r.dropped)
     if kind == "table_join":  # 3.4 has no versioned tables: only the plain-table scenarios are judged there
         by_version = {v: r.scenarios for v, r in results}
-        assert by_version["3.4.1"] < by_version["3.6.2"] == 300
+        assert by_version["3.4.1"] < by_version["3.6.2"] == 100
 
 
 @pytest.mark.spark

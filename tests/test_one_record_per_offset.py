@@ -264,47 +264,45 @@ def test_every_ordering_path_checks_offsets_as_the_reference_engine_does(tmp_pat
         assert ranges == oracle["summary"]["gaps"], label
 
 
-VERIFY_JOB = """
-name: gaps
-sources:
-  s: {{format: jsonl, path: {path}}}
-operators:
-  - name: agg
-    aggregate: {{input: s, window: {window}, aggregations: {{n: count()}}, emit: final}}
-sinks:
-  agg: {{format: jsonl, path: out/agg.jsonl}}
-  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
-  _runs: {{format: jsonl, path: out/runs.jsonl}}
-"""
+WINDOWS = {"session": "{type: session, gap: 5s, grace: 0ms}",
+           "sliding": "{type: sliding, time_difference: 3s, grace: 0ms}",
+           "hopping": "{type: hopping, size: 4s, advance: 2s, grace: 0ms}"}
+def verify_job(path: object) -> str:
+    """One source, an aggregate per kind of window (emit final), each to its own sink."""
+    operators = "".join(f"  - name: {kind}\n    aggregate: {{input: s, window: {window}, aggregations: {{n: count()}}, "
+                        "emit: final}\n" for kind, window in WINDOWS.items())
+    sinks = "".join(f"  {kind}: {{format: jsonl, path: out/{kind}.jsonl}}\n" for kind in WINDOWS)
+    return (f"name: gaps\nsources:\n  s: {{format: jsonl, path: {path}}}\noperators:\n{operators}sinks:\n{sinks}"
+            "  _ledger: {format: jsonl, path: out/ledger.jsonl}\n  _runs: {format: jsonl, path: out/runs.jsonl}\n")
 
 
-@pytest.mark.parametrize("window", ["{type: session, gap: 5s, grace: 0ms}",
-                                    "{type: sliding, time_difference: 3s, grace: 0ms}",
-                                    "{type: hopping, size: 4s, advance: 2s, grace: 0ms}"])
-def test_verify_names_missing_input_from_the_runs_gap_record(tmp_path, spark, window):
+def test_verify_names_missing_input_from_the_runs_gap_record(tmp_path, spark):
     """The archive lost offsets 8-13 of key a; the stream saw them. verify explains each window they changed as
-    missing_input, with the gap the run recorded as its evidence, for every kind of window."""
+    missing_input, with the gap the run recorded as its evidence, for every kind of window (an operator each,
+    one job: one run of the stream, one of the archive, one verify)."""
     rows = [{"topic": "t", "partition": 0, "offset": i, "key": "a", "value": "v", "timestamp": 1000 * i}
             for i in range(30)]
     write_jsonl(tmp_path / "full" / "s.jsonl", rows)
     write_jsonl(tmp_path / "archive" / "s.jsonl", [r for r in rows if not 8 <= r["offset"] <= 13])
     stream = tmp_path / "stream"
     stream.mkdir()
-    (stream / "job.yaml").write_text(VERIFY_JOB.format(path=tmp_path / "full" / "s.jsonl", window=window))
+    (stream / "job.yaml").write_text(verify_job(tmp_path / "full" / "s.jsonl"))
     assert CliRunner().invoke(app, ["run", str(stream / "job.yaml")]).exit_code == 0
-    (tmp_path / "job.yaml").write_text(VERIFY_JOB.format(path="archive/s.jsonl", window=window))
+    (tmp_path / "job.yaml").write_text(verify_job("archive/s.jsonl"))
     result = CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml"), "--json"])
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["gaps"]["s"]["0"]["ranges"][0]["from"] == 8
-    result = CliRunner().invoke(app, ["verify", str(tmp_path / "job.yaml"), "--against",
-                                      f"agg={stream / 'out' / 'agg.jsonl'}", "--report", str(tmp_path / "r"),
-                                      "--json"])
+    against = [arg for kind in WINDOWS for arg in ("--against", f"{kind}={stream / 'out' / kind}.jsonl")]
+    result = CliRunner().invoke(app, ["verify", str(tmp_path / "job.yaml"), *against, "--report",
+                                      str(tmp_path / "r"), "--json"])
     assert result.exit_code in (0, 1), result.stderr
     report = json.loads(result.stdout)
-    causes = {c: n for c, n in report["causes"].items() if n}
-    assert causes.get("missing_input", 0) > 0 and "unexplained" not in causes, causes
-    notes = " ".join(n for s in report["sections"] for n in s["notes"])
-    assert "the input's offset gaps: recorded by run" in notes
+    sections = {s["name"]: s for s in report["sections"]}
+    assert set(sections) == set(WINDOWS)
+    for kind, section in sections.items():
+        causes = {c: n for c, n in section["causes"].items() if n}
+        assert causes.get("missing_input", 0) > 0 and "unexplained" not in causes, (kind, causes)
+        assert "the input's offset gaps: recorded by run" in " ".join(section["notes"]), kind
 
 
 def test_a_record_without_a_topic_is_in_its_partitions_queue_in_both_engines(tmp_path, spark):

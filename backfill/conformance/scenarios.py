@@ -26,11 +26,12 @@ WINDOWED = ("aggregate", "session", "sliding")
 ONE_INPUT = (*WINDOWED, "table", "filter", "invalid")  # one source: `scenarios_in` (`invalid`: one per policy)
 # (size, advance, grace) in ms: tumbling, hopping with advance dividing the size or not, zero grace
 # and windows sized as applications size them (minutes, seconds of grace), whose tasks' timestamps spread over
-# hours (SECOND: their unit). Not yet for sessions and joins: their stores drop whole segments, which backfill
-# does not model (docs/semantics.md §4.8)
+# hours (SECOND: their unit); sessions too (their store's segments decide what emit-on-close still emits,
+# docs/semantics.md §11.5). Not yet for joins: their stores drop whole segments, which backfill does not model
+# there (docs/semantics.md §4.8)
 AGG_WINDOWS = [(10, 10, 0), (10, 10, 5), (10, 5, 0), (10, 5, 7), (12, 5, 3), (6, 5, 1), (300_000, 60_000, 30_000)]
 # (gap, grace) and (time difference, grace) in ms
-SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20)]
+SESSION_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30_000, 10_000)]
 SLIDING_WINDOWS = [(3, 0), (5, 2), (10, 7), (1, 20), (30, 0), (60_000, 5_000)]
 SECOND = 1000
 LARGE_SHARE = 0.25  # of the scenarios drawn after every configuration once

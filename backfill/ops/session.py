@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 SLOTS = 8  # outputs per record at most (tombstones + the merged session): emit_seq = seq * SLOTS + position
 KERNEL_SCHEMA = ("task int, seq long, late boolean, window_start long, window_end long, pos long, node_lo long, "
                  "root_lo long, is_root boolean, groups array<long>, tomb array<struct<start:long,end:long>>, "
-                 "init_idx long, step_idx long, merge_idx long, replaced boolean, released long, pending boolean")
+                 "init_idx long, step_idx long, merge_idx long, replaced boolean, released long, pending boolean, "
+                 "lost boolean")
 INIT, MERGE, STEP = 0, 1, 2
 
 
@@ -185,8 +186,17 @@ def replay_sessions(keys: list[Any], ts: list[int], st: list[int], windows: Sess
             released[node] = place
         for node in buffer.pending():
             pending[node] = True
+    # emit-on-close: a session whose segment the record that closed it dropped is never emitted (§11.5); the
+    # closing record is the first whose stream time passes the session's close (stream time never falls)
+    unseen = set()
+    for i in range(n):
+        if not late[i] and not has_parent[i] and out["root_lo"][i] is not None:
+            k = bisect.bisect_right(st, windows.close(w_end[i]))
+            if k < n and not windows.emitted_on_close(w_end[i], st[k]):
+                unseen.add(out["root_lo"][i])
     out.update(late=late, window_start=w_start, window_end=w_end, tomb=tomb,
-               replaced=[lo is not None and lo in gone for lo in out["root_lo"]], released=released, pending=pending)
+               replaced=[lo is not None and lo in gone for lo in out["root_lo"]], released=released, pending=pending,
+               lost=[lo is not None and lo in unseen for lo in out["root_lo"]])
     return out
 
 
@@ -360,7 +370,8 @@ def _final(nodes: DataFrame, aggs: list[CompiledAggregation], windows: SessionWi
            final_st: Mapping[int, int]) -> DataFrame:
     """Every session (a merge tree's root) with its values, `_closed` and `_split` (kept by two tasks)."""
     sql = [a for a in aggs if not a.is_fold]
-    nodes = nodes.where(~F.col("replaced"))  # in a tree whose root a later session replaced: not in the store
+    # in a tree whose root a later session replaced: not in the store; lost: its segment was gone when it closed
+    nodes = nodes.where(~F.col("replaced") & ~F.col("lost"))
     root_cols = [F.max_by(F.struct("key", "window_start", "window_end"), F.col("is_root").cast("int")).alias("_r")]
     if sql and any(a.order_sensitive for a in sql):
         valued = nodes.select("task", "root_lo", "is_root", "key", "window_start", "window_end",

@@ -144,6 +144,25 @@ class SessionWindows(_Closing):
         """end + P + G: a record whose merged session ends before stream time - G - P is late (§11.2)."""
         return end + self.retention
 
+    @property
+    def segment_ms(self) -> int:
+        """The length of the persistent store's segments: max(retention / 2, 60 s) (§4.8)."""
+        return max(self.retention // 2, SEGMENT_FLOOR_MS)
+
+    def emitted_on_close(self, end: int, closing_stream_time: int) -> bool:
+        """Emit-on-close emits the session ending at `end` when the record that closed it (stream time
+        `closing_stream_time`, the first to pass its close) still finds its segment in the store: the put of that
+        record dropped every segment before the one of stream time - retention (§11.5)."""
+        return segment_of(end, self.segment_ms) >= segment_of(closing_stream_time - self.retention, self.segment_ms)
+
+
+SEGMENT_FLOOR_MS = 60_000  # Kafka Streams' smallest segment of a persistent window or session store (§4.8)
+
+
+def segment_of(t: int, segment_ms: int) -> int:
+    """The id of the store segment holding timestamp `t`: Java's long division (toward zero)."""
+    return t // segment_ms if t >= 0 else -(-t // segment_ms)
+
 
 # outer-store side byte (docs/semantics.md §5.3): right rows sort before left rows of equal timestamp
 LEFT, RIGHT = 1, 0

@@ -9,6 +9,11 @@ under `emit: updates`, forwards a tombstone for each (timestamp: its end) before
 time the session's end, its duration gap + grace: released once its stream time reaches end + gap + grace;
 tombstones dropped); the others are incomplete.
 
+ON_WINDOW_CLOSE replays the store as Kafka Streams keeps it (docs/semantics.md §11.5): segments of
+max(retention / 2, 60 s) by session end, created by puts, a segment dropped by the put that moves the store's
+time past it; after each keyed record the sessions whose end lies in [last close, close) are read from the
+live segments and emitted. A closed session whose segment is gone by then is never emitted.
+
 Values: a fold merges the found sessions' values into the initializer in store order (`merge(a, b)`, a the
 running value) and then steps the record; an SQL aggregate is evaluated over the session's records, in the
 order of that merge tree (the found sessions' records, then the record).
@@ -56,9 +61,52 @@ class SessionAggregate:
         self.store: dict[Any, list[Session]] = {}
         self.suppress = (SuppressBuffer(self.gap + self.grace, result.outputs[op.name], task, numbered=True)
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
+        # ON_WINDOW_CLOSE: the segmented store and what its emission read has done
+        self.on_close = self.emit == "final" and self.suppress is None
+        self.segment_ms = max((self.gap + self.grace) // 2, 60_000)
+        self.segments: set[int] = set()
+        self.last_emit: int | None = None  # the close time of the last emission read
+
+    def _segment(self, t: int) -> int:
+        """A segment's id: the timestamp divided by the segment length, truncated as Java's long division."""
+        return t // self.segment_ms if t >= 0 else -((-t) // self.segment_ms)
+
+    def _put(self, sessions: list[Session], merged: Session) -> None:
+        """The store's put: into a live segment (created if needed), then every earlier segment is dropped."""
+        self.store_time = merged.end if self.store_time is None else max(self.store_time, merged.end)
+        if not self.on_close:
+            sessions.append(merged)
+            return
+        live = self._segment(self.store_time - (self.gap + self.grace))
+        if self._segment(merged.end) >= live:
+            self.segments.add(self._segment(merged.end))
+            sessions.append(merged)
+        for gone in [sid for sid in self.segments if sid < live]:
+            self.segments.discard(gone)
+            for held in self.store.values():
+                held[:] = [x for x in held if self._segment(x.end) != gone]
+
+    def _emit_closed(self) -> None:
+        """The emission read after a keyed record: the sessions ending in [last close, close - 1], from the
+        live segments, by end, then start and key (their values never change once closed)."""
+        close = self.stream_time - self.grace - self.gap
+        if self.last_emit is not None and self.last_emit >= close:
+            return
+        low, high = max(0, -1 if self.last_emit is None else self.last_emit), close - 1
+        if high < 0 or high < low:
+            return
+        due = [(key, x) for key, held in self.store.items() for x in held if low <= x.end <= high]
+        for key, x in sorted(due, key=lambda kx: (kx[1].end, kx[1].start, str(kx[0]))):
+            self.result.outputs[self.op.name].append(self._row(key, x))
+        self.last_emit = close
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
-        """docs/semantics.md §11.1-§11.3, for one record."""
+        """docs/semantics.md §11.1-§11.3, for one record; then emit-on-close's read (§11.5)."""
+        self._process(rec, seq)
+        if self.on_close and rec["key"] is not None:
+            self._emit_closed()
+
+    def _process(self, rec: dict[str, Any], seq: int) -> None:
         if rec["key"] is None:  # step 1 (null values are aggregated)
             st = self.stream_time if self.stream_time >= 0 else None
             self.result.ledger.append(ledger_row(rec, self.op.name, "null_key", rec["ts"], st, None,
@@ -96,8 +144,7 @@ class SessionAggregate:
         # the store is keyed by (key, end, start): a put replaces a session with the same bounds that the store
         # no longer shows (one that ended exactly at the close time, docs/semantics.md §11.6)
         sessions[:] = [s for s in sessions if (s.start, s.end) != (start, end)]
-        sessions.append(merged)
-        self.store_time = end if self.store_time is None else max(self.store_time, end)
+        self._put(sessions, merged)
         self._emit(self._row(key, merged), seq, out)
 
     def _emit(self, row: dict[str, Any], seq: int, position: int, tombstone: bool = False) -> None:
@@ -130,9 +177,6 @@ class SessionAggregate:
         close = self.stream_time - self.grace - self.gap
         every = [(key, s) for key, sessions in self.store.items() for s in sessions]
         for key, s in sorted(every, key=lambda ks: (ks[1].end, ks[1].start, str(ks[0]))):
-            row = self._row(key, s)
-            if s.end < close:
-                self.result.outputs[self.op.name].append(row)
-            else:
-                self.result.incomplete[self.op.name].append({**row, "stream_time": self.stream_time,
+            if s.end >= close:  # the closed ones were emitted by the records that closed them (_emit_closed)
+                self.result.incomplete[self.op.name].append({**self._row(key, s), "stream_time": self.stream_time,
                                                              "task": self.task})

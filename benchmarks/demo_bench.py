@@ -1,6 +1,6 @@
 """Benchmark: the demo job as a user runs it (a new process, JVM start included) and on a warm JVM.
 
-    python benchmarks/demo_bench.py [--cold 3] [--warm 3] [--floor 0] [--out benchmarks/results/demo.json]
+    python benchmarks/demo_bench.py [--cold 3] [--warm 3] [--resident 3] [--floor 3] [--out benchmarks/results/demo.json]
 
 The demo's click sample (20,000 records, 2 partitions, a few percent late; backfill/demo) and its job are
 written once under benchmarks/work/demo/. Then:
@@ -9,6 +9,9 @@ written once under benchmarks/work/demo/. Then:
          issue's "demo job in at most 10 s wall" measures (JVM start, class loading, JIT warm-up included)
   warm   the same command through typer's test runner in ONE process, one after the other: the first
          pays the JVM's start and warm-up, the others show what the run itself costs
+  resident  `backfill server start` (its start timed apart), then the same command as `cold`, each time a new
+         process, which finds the resident engine and runs over Spark Connect (the jar-less plan): what a small
+         job costs when the JVM is already up; then `backfill server stop`
   floor  (--floor N) the least any `backfill run` over Delta does, in a new process each time: start the
          session as a one-shot command does (its short-run JVM options and class archive), read the demo's
          Delta input (a count), write one small Delta table. No ordering, no operator, no check: what a
@@ -77,17 +80,46 @@ def prepare(work: Path) -> Path:
     return install_job(folder)
 
 
-def cold(job: Path, runs: int) -> list[float]:
+def cold(job: Path, runs: int, env: dict[str, str] | None = None, label: str = "cold") -> list[float]:
+    """`runs` runs of the job, each a new process (never a resident engine unless `env` names one)."""
+    env = env or {**os.environ, "BACKFILL_SERVER": "0"}
     times = []
     for i in range(runs):
         began = time.time()
         done = subprocess.run([sys.executable, "-m", "backfill.cli", "run", str(job)], capture_output=True, text=True,
-                              cwd=REPO)
+                              cwd=REPO, env=env)
         if done.returncode != 0:
-            raise SystemExit(f"cold run {i + 1} failed: {done.stderr.strip()[-500:]}")
+            raise SystemExit(f"{label} run {i + 1} failed: {done.stderr.strip()[-500:]}")
+        if label == "resident" and "using the resident engine" not in done.stderr:
+            raise SystemExit(f"resident run {i + 1} did not use the resident engine: {done.stderr.strip()[-500:]}")
         times.append(round(time.time() - began, 2))
-        print(f"  cold {i + 1}: {times[-1]:.1f} s", flush=True)
+        print(f"  {label} {i + 1}: {times[-1]:.1f} s", flush=True)
     return times
+
+
+def resident(job: Path, work: Path, runs: int) -> dict[str, Any]:
+    """Start a resident engine of this benchmark's own (its folder under `work`, a free port), run the job
+    `runs` times through it, each a new process, and stop it."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "BACKFILL_SERVER_DIR": str(work / "server"), "PYTHONPATH": str(REPO)}
+    env.pop("SPARK_REMOTE", None)
+    env.pop("BACKFILL_SERVER", None)
+    began = time.time()
+    started = subprocess.run([sys.executable, "-m", "backfill.cli", "server", "start", "--port", str(port),
+                              "--idle-timeout", "15m"], capture_output=True, text=True, cwd=REPO, env=env)
+    if started.returncode != 0:
+        raise SystemExit(f"the resident engine did not start: {started.stderr.strip()[-500:]}")
+    start_s = round(time.time() - began, 2)
+    print(f"  resident engine started in {start_s:.1f} s", flush=True)
+    try:
+        return {"start_s": start_s, "runs_s": cold(job, runs, env, "resident")}
+    finally:
+        subprocess.run([sys.executable, "-m", "backfill.cli", "server", "stop"], capture_output=True, text=True,
+                       cwd=REPO, env=env, check=False)
 
 
 def warm(job: Path, runs: int) -> list[float]:
@@ -123,7 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", type=int, default=3, help="runs, each in a new process")
     parser.add_argument("--warm", type=int, default=3, help="runs in one process (the first starts the JVM)")
-    parser.add_argument("--floor", type=int, default=0, help="runs of the floor (a session, a Delta read and "
+    parser.add_argument("--resident", type=int, default=3, help="runs through a resident engine the benchmark "
+                        "starts (and stops), each in a new process")
+    parser.add_argument("--floor", type=int, default=3, help="runs of the floor (a session, a Delta read and "
                         "write), each in a new process")
     parser.add_argument("--work", type=Path, default=HERE / "work" / "demo")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "demo.json")
@@ -136,10 +170,13 @@ def main() -> None:
     result: dict[str, Any] = {"engine": engine_fingerprint(), "machine": machine(), "job": str(job)}
     result["cold_s"] = cold(job, args.cold) if args.cold else []
     result["warm_s"] = warm(job, args.warm) if args.warm else []
+    result["resident"] = resident(job, args.work, args.resident) if args.resident else {"start_s": None,
+                                                                                          "runs_s": []}
     result["floor"] = floor(args.work, args.floor) if args.floor else []
     load.append(os.getloadavg())
     result["load_average"] = [[round(x, 2) for x in one] for one in load]
     rows = [("cold (new process each)", result["cold_s"]), ("warm (after the first)", result["warm_s"][1:]),
+            ("resident (new process each)", result["resident"]["runs_s"]),
             ("floor (new process each)", [f["wall_s"] for f in result["floor"]])]
     print(f"{'runs':<26}{'min s':>8}{'median s':>10}{'records/s':>11}")
     for name, times in rows:

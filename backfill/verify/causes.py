@@ -32,8 +32,10 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
 
 Sliding and session windows (`attribute_by_bounds`) get the causes their outputs alone can show:
 duplicate_delivery, session_merge_differs, range_boundary, and missing_input from the input's offset gaps (the
-run's gap record, docs/semantics.md §7.4, when it stands for the input); the other record-level causes are not
-attempted.
+run's gap record, docs/semantics.md §7.4, when it stands for the input); and late_drop_differs where the
+window recomputed over the records the backfill accepted for it gives the backfill's value and, with k late
+drops added (or k records accepted behind stream time removed), the stream's; tie_order as for time windows.
+Restarts are not attempted.
 """
 from __future__ import annotations
 
@@ -49,8 +51,8 @@ from backfill.ops.windows import SessionWindows, SlidingWindows, TimeWindows
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import bounds, restarts
 from backfill.verify.catalogue import first_match
-from backfill.verify.evidence import (DERIVED_GAPS, MAX_VARIANT, Evidence, RestartEvidence, distinct_keys, few, members,
-                                      variants)
+from backfill.verify.evidence import (DERIVED_GAPS, MAX_VARIANT, Evidence, RestartEvidence, bounded_members,
+                                      distinct_keys, few, members, variants)
 from backfill.verify.reconcile import MATCH, MISMATCH, Comparison, Tolerance
 
 
@@ -66,25 +68,30 @@ def recompute(rows: DataFrame, aggs: list[CompiledAggregation], group: list[str]
 
 
 def reproducing(rows: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
-                windows: TimeWindows) -> DataFrame:
-    """The (key, window_start, variant) whose recomputation over `rows` gives the stream's value exactly."""
+                windows: TimeWindows | None, side: str = "r", group: tuple[str, ...] = ("variant",)) -> DataFrame:
+    """The (key, window_start, *group) whose recomputation over `rows` gives the value of `side` exactly (r: the
+    stream's, l: the backfill's). `windows`: time windows, whose end follows from their start; None: windows
+    whose end is a key (sliding, session)."""
     from datacompy.spark import columns_equal
 
-    values = recompute(rows, aggs, ["key", "window_start", "variant"]).withColumn(
-        "window_end", F.col("window_start") + F.lit(windows.size))
+    values = recompute(rows, aggs, ["key", "window_start", *group])
+    if windows is not None:
+        values = values.withColumn("window_end", F.col("window_start") + F.lit(windows.size))
     compared = [c for c in cmp.columns if c in values.columns]
-    right = nonmatch.where(F.col("_in_stream")).select("key", "window_start", *[f"r_{c}" for c in compared])
-    joined = values.select("key", "window_start", "variant", *[F.col(c).alias(f"l_{c}") for c in compared]) \
-        .join(right, ["key", "window_start"])
+    present = "_in_stream" if side == "r" else "_in_backfill"
+    other = nonmatch.where(F.col(present)).select("key", "window_start", *[f"{side}_{c}" for c in compared])
+    mine = "l" if side == "r" else "r"
+    joined = values.select("key", "window_start", *group, *[F.col(c).alias(f"{mine}_{c}") for c in compared]) \
+        .join(other, ["key", "window_start"])
     ok = F.lit(True)
     for c in compared:
         tol = cmp.tolerances.get(c, Tolerance())
         ok = ok & F.coalesce(columns_equal(joined, f"l_{c}", f"r_{c}", rel_tol=tol.rel, abs_tol=tol.abs), F.lit(False))
-    return joined.where(ok).select("key", "window_start", "variant")
+    return joined.where(ok).select("key", "window_start", *group)
 
 
 def late_variants(mem: DataFrame, nonmatch: DataFrame, aggs: list[CompiledAggregation], cmp: Comparison,
-                  windows: TimeWindows) -> DataFrame:
+                  windows: TimeWindows | None) -> DataFrame:
     """Per window, the smallest variant that gives the stream's value exactly: (key, window_start, variant)."""
     found = reproducing(variants(mem), nonmatch, aggs, cmp, windows)
     # removing every accepted record (all arrived behind stream time) leaves no window: the stream has none
@@ -282,11 +289,8 @@ def _bounds_gaps(out: DataFrame, ev: Evidence, rule: SessionWindows | SlidingWin
 def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensitive: list[str]) -> DataFrame:
     """One cause per row, strongest evidence first; `detail` says what the evidence was."""
     dup, missing = cmp.label("duplicate"), cmp.label("missing")
-    only_order = (F.col("category") == MISMATCH) & F.coalesce(F.col("_ties"), F.lit(False)) & F.forall(
-        "diff_columns", lambda c: F.array_contains(F.array(*[F.lit(n) for n in order_sensitive] or [F.lit("")]), c))
-    late_detail = F.when(F.col("variant") > 0, F.format_string(
-        "the stream accepted %d record(s) the backfill dropped as late", F.col("variant"))).otherwise(
-        F.format_string("the stream dropped %d record(s) the backfill accepted behind stream time", -F.col("variant")))
+    only_order = _only_order(order_sensitive, F.col("_ties"))
+    late_detail = _late_detail()
     # a restart cause yields to tie order and to a window incomplete in the data read (a chance match of a
     # recomputation there proves nothing)
     boundary = F.col("_end_open") | F.col("_start_open") | F.col(bounds.BOUND).isNotNull()
@@ -313,9 +317,7 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
             "%d-%d): the window had expired in the store restored after the restart, so each record was "
             "aggregated from the initializer and not stored; %s", F.col("restart_n"), F.col("_task"),
             F.col("restart_from"), F.col("restart_to"), _kept())),
-        (only_order, "tie_order", F.concat(F.lit("only order-sensitive columns differ ("),
-                                           F.array_join("diff_columns", ", "),
-                                           F.lit("); records with equal timestamps: their order is not knowable"))),
+        (only_order, "tie_order", _tie_detail()),
         (F.col("_end_open"), "range_boundary", "window not closed by the end of the data read "
                                                "(stream time < window end + grace)"),
         (F.col("_start_open"), "range_boundary", "window starts before the first record read of a partition read "
@@ -332,6 +334,64 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     dropped = ("variant", "restart_variant", "restart_records", "records")
     return out.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", records).select(
         *[c for c in keep if c not in dropped], "records", "cause", "detail")
+
+
+def _only_order(order_sensitive: list[str], ties: Column) -> Column:
+    """A mismatch in the `order_sensitive` columns only, of a window holding records of equal timestamps whose
+    order is not knowable (`ties`)."""
+    return (F.col("category") == MISMATCH) & F.coalesce(ties, F.lit(False)) & F.forall(
+        "diff_columns", lambda c: F.array_contains(F.array(*[F.lit(n) for n in order_sensitive] or [F.lit("")]), c))
+
+
+def _tie_detail() -> Column:
+    return F.concat(F.lit("only order-sensitive columns differ ("), F.array_join("diff_columns", ", "),
+                    F.lit("); records with equal timestamps: their order is not knowable"))
+
+
+def _late_detail() -> Column:
+    """What a late-drop variant (`variant`: +k records added, -k removed) shows."""
+    return F.when(F.col("variant") > 0, F.format_string(
+        "the stream accepted %d record(s) the backfill dropped as late", F.col("variant"))).otherwise(
+        F.format_string("the stream dropped %d record(s) the backfill accepted behind stream time", -F.col("variant")))
+
+
+RECORDS = "array<struct<partition:int,offset:long,ts:long,st:long,status:string>>"
+
+
+def _late_by_bounds(out: DataFrame, nonmatch: DataFrame, ev: Evidence, op: OperatorSpec, cmp: Comparison,
+                    aggs: list[CompiledAggregation], session: bool, end: Column) -> DataFrame:
+    """`out` with `variant` and `records` where a mismatching sliding or session window is a late drop that
+    differs (docs/semantics.md §10.2, §11.2): recomputed over the records the backfill accepted for it, the
+    window gives the backfill's value (so the recomputation stands for the operator's own; a window whose
+    members the store's history shaped otherwise, §10.3, is left alone), and with the k records the backfill
+    dropped as late added, or the k it accepted behind stream time removed, the stream's value exactly."""
+    none = (out.withColumn("variant", F.lit(None).cast("int")).withColumn("records", F.lit(None).cast(RECORDS))
+            .withColumn("_ties", F.lit(False)))
+    if not ev.ledger_read:
+        return none
+    both = nonmatch.where(F.col("category") == MISMATCH)
+    if "window_end" not in both.columns:  # a sliding window's end is a value column (l_/r_): the same both sides
+        both = both.withColumn("window_end", end)
+    both = both.withColumn("_in_stream", F.lit(True)).withColumn("_in_backfill", F.lit(True))
+    n = both.count()
+    if not n:
+        return none
+    assert op.aggregate is not None
+    mem = bounded_members(ev, both, n, session).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        accepted = mem.where(F.col("status") == "accepted").withColumn("_base", F.lit(0))
+        standing = reproducing(accepted, both, aggs, cmp, None, side="l", group=("_base",))
+        best = late_variants(mem, both, aggs, cmp, None).join(standing.select("key", "window_start"),
+                                                              ["key", "window_start"], "left_semi")
+        found = best.join(variant_records(mem, best), ["key", "window_start"])
+        # records of equal timestamps that came through a repartition topic: their order is modelled, not known
+        ties = accepted.groupBy("key", "window_start").agg(
+            ((F.count("ts") > F.countDistinct("ts")) & F.lit(op.aggregate.group_by is not None)).alias("_ties"))
+        return (out.join(found, ["key", "window_start"], "left").join(ties, ["key", "window_start"], "left")
+                .withColumn("records", F.col("records").cast(RECORDS))
+                .withColumn("_ties", F.coalesce(F.col("_ties"), F.lit(False))).localCheckpoint())
+    finally:
+        mem.unpersist()
 
 
 def _kept() -> Column:
@@ -379,6 +439,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     else:
         out = out.withColumn("_other", F.lit(None).cast("string"))
     out = _bounds_gaps(out, ev, rule, end)
+    aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate", session=session)
+    out = _late_by_bounds(out, nonmatch, ev, op, cmp, aggs, session, end)
     out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
     outside = F.col(bounds.BOUND).isNotNull()
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
@@ -387,6 +449,8 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     cause, detail = first_match([
         ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
         (F.col("category") == dup, "unexplained", dup_detail),
+        (F.col("variant").isNotNull(), "late_drop_differs", _late_detail()),
+        (_only_order([a.name for a in aggs if a.order_sensitive], F.col("_ties")), "tie_order", _tie_detail()),
         (other & gap, "missing_input", F.concat(
             F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise"))),
         (other, "session_merge_differs", F.format_string(
@@ -398,8 +462,9 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         (gap, "missing_input", F.col("_gap")),
         (F.col("category") == missing, "unexplained", "no evidence why the stream lacks this window"),
         (None, "unexplained", "no evidence: a logic difference")])
-    keep = [c for c in out.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task")]
+    keep = [c for c in out.columns if (not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task"))
+            and c not in ("variant", "records")]
     proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
     return out.select(*keep, *proof, F.lit(None).cast("long").alias("_restart_at"),
-                      F.lit(None).cast("array<struct<partition:int,offset:long,ts:long,st:long,status:string>>")
-                      .alias("records"), cause.alias("cause"), detail.alias("detail"))
+                      F.when(cause == "late_drop_differs", F.col("records")).cast(RECORDS).alias("records"),
+                      cause.alias("cause"), detail.alias("detail"))

@@ -295,6 +295,33 @@ def members(ev: Evidence, windows: TimeWindows, wanted: DataFrame, n: int) -> Da
     return flagged.withColumn("status", F.when(is_late, F.lit("late")).otherwise(F.lit("accepted"))).drop("_late")
 
 
+def bounded_members(ev: Evidence, wanted: DataFrame, n: int, session: bool) -> DataFrame:
+    """Input records of the `wanted` (key, window_start, window_end) sliding or session windows (at most `n`):
+    the key's records whose timestamp lies in [start, end] (both ends inclusive, docs/semantics.md §10.1, §11.1),
+    with their stream time, `accepted` or `late` per the ledger: a sliding window's own late rows (a record can
+    be refused by one window and counted in another); for a session, the record's (a late record joins no
+    session). A sliding window never holds a null value (§10.2). Needs the ledger (`ev.ledger_read`)."""
+    keys = few(wanted.select("key").distinct(), n)
+    windows = few(wanted.select(F.col("key").alias("_k"), "window_start", "window_end"), n)
+    records = ev.decode(ev.records.join(keys, "key", "left_semi"))
+    if not session:
+        records = records.where(F.col("value").isNotNull())
+    inside = records.join(windows, (F.col("key") == F.col("_k")) & F.col("ts").between(
+        F.col("window_start"), F.col("window_end"))).drop("_k")
+    if session:
+        late = ev.late.select("partition", "offset", F.lit(True).alias("_late")).distinct()
+        flagged = stream_times(ev, inside).join(late, ["partition", "offset"], "left")
+    else:  # refused by this window, or dropped at once (one row, for the window [t, t + D], §10.2)
+        late = ev.late.select("partition", "offset", "window_start", F.lit(True).alias("_late")).distinct()
+        at_once = ev.late.select("partition", "offset", F.col("window_start").alias("ts"),
+                                 F.lit(True).alias("_at_once")).distinct()
+        flagged = (stream_times(ev, inside).join(late, ["partition", "offset", "window_start"], "left")
+                   .join(at_once, ["partition", "offset", "ts"], "left")
+                   .withColumn("_late", F.col("_late") | F.col("_at_once")).drop("_at_once"))
+    return flagged.withColumn("status", F.when(F.coalesce(F.col("_late"), F.lit(False)), F.lit("late"))
+                              .otherwise(F.lit("accepted"))).drop("_late")
+
+
 def variants(mem: DataFrame) -> DataFrame:
     """Explode each member into the variants it belongs to: +k = k least-late drops added, -k = k most
     exposed behind-stream-time acceptances removed (k <= MAX_VARIANT)."""

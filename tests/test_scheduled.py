@@ -347,8 +347,11 @@ def test_an_interval_published_with_a_session_still_open_is_reopened_once_the_da
     assert [s for s in sessions if s[0] == "bot"] == []
     assert _run_json(str(job), "--due", "--until", _iso(T0 + 30 * M))["status"] == "nothing_due"  # no new data
 
+    # u's first click, a minute after the bot's last, closes the bot's session; five minutes later it would close
+    # it with a put that drops the session's store segment, and the stream would never emit it (docs/semantics.md
+    # §11.5)
     more = clicks(0, "bot", T0 + 50 * M + 20_000, T0 + 60 * M, 20_000, len(bot)) + \
-        clicks(0, "u", T0 + 65 * M, T0 + 70 * M, M, len(bot) + 30) + clicks(1, "v", T0 + 51 * M, T0 + 70 * M, M, len(v))
+        clicks(0, "u", T0 + 61 * M, T0 + 70 * M, M, len(bot) + 30) + clicks(1, "v", T0 + 51 * M, T0 + 70 * M, M, len(v))
     _write(tmp_path / "bronze", more, "append")
     again = _run_json(str(job), "--due", "--until", _iso(T0 + 30 * M))
     assert [(p["start"], p["mode"]) for p in again["intervals"]] == [(T0, "reopen")]

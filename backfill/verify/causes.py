@@ -394,6 +394,24 @@ def _late_by_bounds(out: DataFrame, nonmatch: DataFrame, ev: Evidence, op: Opera
         mem.unpersist()
 
 
+def attribute_outputs_only(result: DataFrame, cmp: Comparison) -> DataFrame:
+    """Non-matching rows of an operator whose input is not read (it reads another operator's rows, a chain):
+    `duplicate_delivery` where the extra rows are exact copies, `unexplained` for the rest (no evidence)."""
+    dup = cmp.label("duplicate")
+    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
+    cause, detail = first_match([
+        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
+        (F.col("category") == dup, "unexplained", dup_detail),
+        (None, "unexplained", "no evidence: the operator's input is another operator's rows, which verify does "
+                              "not read")])
+    nonmatch = result.where(F.col("category") != MATCH)
+    keep = [c for c in nonmatch.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra")]
+    proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
+    return nonmatch.select(*keep, *proof, F.lit(None).cast("int").alias("_task"),
+                           F.lit(None).cast("long").alias("_restart_at"), F.lit(None).cast(RECORDS).alias("records"),
+                           cause.alias("cause"), detail.alias("detail"))
+
+
 def _kept() -> Column:
     """What a compacted table of the stream's output holds for the window."""
     return F.when(F.col("_rows") > 1, F.format_string(

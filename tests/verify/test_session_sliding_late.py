@@ -137,3 +137,42 @@ def test_a_rekeyed_window_whose_tied_records_came_in_another_order_is_tie_order(
     assert {c: n for c, n in section["causes"].items() if n} == {"tie_order": 1, "unexplained": 1}
     [tied] = [s for s in section["samples"] if s.get("cause") == "tie_order"]
     assert tied["key"] == "a" and "last_v" in tied["detail"]
+
+
+FOLDED = """
+name: folded-sessions
+sources:
+  s: {format: jsonl, path: inputs/s.jsonl, value: {format: string}, timestamp: {extractor: record}}
+operators:
+  - name: sessions
+    aggregate:
+      input: s
+      window: {type: session, gap: 5s, grace: 10s}
+      aggregations: {trail: {fold: {init: "''", step: "concat(acc, value)", merge: "concat(a, b)"}}}
+      emit: final
+sinks:
+  sessions: {format: jsonl, path: out/sessions.jsonl}
+  _ledger: {format: jsonl, path: out/ledger.jsonl}
+  _runs: {format: jsonl, path: out/runs.jsonl}
+"""
+
+
+def test_a_window_the_recomputation_does_not_reproduce_is_not_put_down_to_a_late_drop(tmp_path: Path) -> None:
+    # k@9 s (a) and k@1 s (b, within the grace) are two sessions until k@5 s (c) bridges them: the fold merges the stored sessions by
+    # end, "b" then "a", then steps "c": "bac". A recomputation in offset order gives "abc", not the backfill's
+    # value, so it cannot stand for the operator: a stream value that it reproduces with the late k@6 s (d, after
+    # x@30 s closed the session) added, "abcd", proves nothing and stays unexplained.
+    rows = [("k", "a", 9000), ("k", "b", 1000), ("k", "c", 5000), ("x", "-", 30_000), ("k", "d", 6000),
+            ("y", "-", 40_000)]
+    write_jsonl(tmp_path / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": v,
+                                                   "timestamp": t} for i, (k, v, t) in enumerate(rows)])
+    (tmp_path / "job.yaml").write_text(FOLDED)
+    assert CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml")]).exit_code == 0
+    ours = [json.loads(line) for line in (tmp_path / "out" / "sessions.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["window_start"], r["window_end"], r["trail"]) for r in ours if r["key"] == "k"] == [
+        ("k", 1000, 9000, "bac")]
+    stream = [{**r, "trail": "abcd" if r["key"] == "k" else r["trail"], "partition": 0, "offset": i}
+              for i, r in enumerate(ours)]
+    section = _verify(tmp_path / "job.yaml", "sessions", write_jsonl(tmp_path / "stream.jsonl", stream), tmp_path)
+    assert section["counts"]["mismatch"] == 1
+    assert {c: n for c, n in section["causes"].items() if n} == {"unexplained": 1}

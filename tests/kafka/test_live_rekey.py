@@ -40,7 +40,7 @@ NEW_KEY = "case when value.page = '/login' then null else value.page end"
 
 
 def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[dict[str, Any]]:
-    """Every record of the topic: partition, offset, key, value (text), timestamp."""
+    """Every record of the topic: partition, offset, key (text, and its bytes), value (text), timestamp."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(client_config(bootstrap))
@@ -53,7 +53,8 @@ def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[dict[str, 
             for msg in consumer.consume(1000, timeout=1):
                 if msg.error() is None:
                     got.append({"partition": msg.partition(), "offset": msg.offset(),
-                                "key": None if msg.key() is None else msg.key().decode(),
+                                "key": None if msg.key() is None else msg.key().decode(errors="replace"),
+                                "key_bytes": msg.key(),
                                 "value": None if msg.value() is None else msg.value().decode(),
                                 "timestamp": msg.timestamp()[1]})
         assert len(got) == sum(ends.values()), f"{topic}: read {len(got)} of {ends}"

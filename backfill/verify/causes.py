@@ -299,14 +299,12 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     # better where one is proven (a restarted task's stream time starts over lower; it drops fewer, never more)
     late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
     restart_at = F.coalesce(F.col("_restart_at").cast("string"), F.lit("?"))
-    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
     cause, detail = first_match([
         ((F.col("category") == dup) & F.col("_reemit"), "reemitted", F.format_string(
             "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
             "suppress's buffer, restored as it was at the last commit, emitted it again; a compacted table keeps "
             "the last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at)),
-        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
-        (F.col("category") == dup, "unexplained", dup_detail),
+        *_repeats(cmp),
         (late, "late_drop_differs", late_detail),
         (kind == restarts.DOUBLE, "reprocessed_after_restart", F.format_string(
             "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
@@ -394,22 +392,30 @@ def _late_by_bounds(out: DataFrame, nonmatch: DataFrame, ev: Evidence, op: Opera
         mem.unpersist()
 
 
+def _repeats(cmp: Comparison) -> list[tuple[Column, str, Column]]:
+    """The first causes of a window the stream has more often: exact copies, else unexplained."""
+    dup = F.col("category") == cmp.label("duplicate")
+    detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
+    return [(dup & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", detail), (dup, "unexplained", detail)]
+
+
+def _no_restart_proof() -> list[Column]:
+    """The restart proof columns (verify/restarts.py), empty: causes found without restart evidence."""
+    return [*[F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")],
+            F.lit(None).cast("long").alias("_restart_at")]
+
+
 def attribute_outputs_only(result: DataFrame, cmp: Comparison) -> DataFrame:
     """Non-matching rows of an operator whose input is not read (it reads another operator's rows, a chain):
     `duplicate_delivery` where the extra rows are exact copies, `unexplained` for the rest (no evidence)."""
-    dup = cmp.label("duplicate")
-    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
     cause, detail = first_match([
-        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
-        (F.col("category") == dup, "unexplained", dup_detail),
+        *_repeats(cmp),
         (None, "unexplained", "no evidence: the operator's input is another operator's rows, which verify does "
                               "not read")])
     nonmatch = result.where(F.col("category") != MATCH)
     keep = [c for c in nonmatch.columns if not c.startswith("_") or c in ("_rows", "_copies", "_extra")]
-    proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
-    return nonmatch.select(*keep, *proof, F.lit(None).cast("int").alias("_task"),
-                           F.lit(None).cast("long").alias("_restart_at"), F.lit(None).cast(RECORDS).alias("records"),
-                           cause.alias("cause"), detail.alias("detail"))
+    return nonmatch.select(*keep, *_no_restart_proof(), F.lit(None).cast("int").alias("_task"),
+                           F.lit(None).cast(RECORDS).alias("records"), cause.alias("cause"), detail.alias("detail"))
 
 
 def _kept() -> Column:
@@ -429,7 +435,7 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     rule = SessionWindows.of(w) if session else SlidingWindows.of(w)
     gap = rule.gap if isinstance(rule, SessionWindows) else 0
     nonmatch = result.where(F.col("category") != MATCH)
-    dup, missing, extra = cmp.label("duplicate"), cmp.label("missing"), cmp.label("extra")
+    missing, extra = cmp.label("missing"), cmp.label("extra")
     parts = ev.records.join(distinct_keys(nonmatch), "key", "left_semi").groupBy("key").agg(
         F.collect_set("partition").alias("_parts"))
     out = nonmatch.join(parts, "key", "left").withColumn(
@@ -462,11 +468,9 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
     outside = F.col(bounds.BOUND).isNotNull()
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
-    dup_detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
     other, gap = F.col("_other").isNotNull(), F.col("_gap").isNotNull()
     cause, detail = first_match([
-        ((F.col("category") == dup) & (F.col("_copies") >= F.col("_extra")), "duplicate_delivery", dup_detail),
-        (F.col("category") == dup, "unexplained", dup_detail),
+        *_repeats(cmp),
         (F.col("variant").isNotNull(), "late_drop_differs", _late_detail()),
         (_only_order([a.name for a in aggs if a.order_sensitive], F.col("_ties")), "tie_order", _tie_detail()),
         (other & gap, "missing_input", F.concat(
@@ -482,7 +486,6 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         (None, "unexplained", "no evidence: a logic difference")])
     keep = [c for c in out.columns if (not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task"))
             and c not in ("variant", "records")]
-    proof = [F.lit(None).cast("long").alias(c) for c in ("restart_n", "restart_from", "restart_to", "closed_at")]
-    return out.select(*keep, *proof, F.lit(None).cast("long").alias("_restart_at"),
+    return out.select(*keep, *_no_restart_proof(),
                       F.when(cause == "late_drop_differs", F.col("records")).cast(RECORDS).alias("records"),
                       cause.alias("cause"), detail.alias("detail"))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from backfill.cli import app
@@ -30,35 +31,22 @@ from tests.kafka.test_live_rekey import _consume_all, _run_app
 pytestmark = [pytest.mark.live, pytest.mark.kafka, pytest.mark.spark, pytest.mark.jvm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
-JOB = """
-name: live-pageviews
-sources:
-  pageviews: {{format: kafka, kafka: {{bootstrap: '{bootstrap}', topic: {pageviews}}}, key: {{format: string}},
-              value: {{format: json}}}}
-  users: {{format: kafka, kafka: {{bootstrap: '{bootstrap}', topic: {users}}}, key: {{format: string}},
-          value: {{format: json}}}}
-operators:
-  - name: enriched
-    join:
-      left: pageviews
-      table: users
-      how: left
-      where: {{left: "value.page is not null"}}
-      value: "named_struct('user', key, 'page', left.value.page, 'region', right.value.region)"
-  - name: views_per_region
-    aggregate:
-      input: enriched
-      where: "value.region is not null"
-      group_by: value.region
-      window: {{type: hopping, size: 5m, advance: 1m, grace: 1d}}
-      aggregations: {{views: count()}}
-      emit: updates
-sinks:
-  enriched: {{format: jsonl, path: out/enriched.jsonl}}
-  views_per_region: {{format: jsonl, path: out/views_per_region.jsonl}}
-  _ledger: {{format: jsonl, path: out/ledger.jsonl}}
-  _runs: {{format: jsonl, path: out/runs.jsonl}}
-"""
+def _job(folder: Path, bootstrap: str, pageviews: str, users: str) -> Path:
+    """jobs/pageviews_per_region.yaml reading the two topics, its count's grace a day (as the application's),
+    its outputs under `folder`."""
+    spec = yaml.safe_load((ROOT / "jobs" / "pageviews_per_region.yaml").read_text())
+    for name, topic in (("pageviews", pageviews), ("users", users)):
+        source = spec["sources"][name]
+        spec["sources"][name] = {"format": "kafka", "kafka": {"bootstrap": bootstrap, "topic": topic},
+                                 "key": source["key"], "value": source["value"]}
+    [count] = [op for op in spec["operators"] if op["name"] == "views_per_region"]
+    count["aggregate"]["window"]["grace"] = "1d"
+    # no file name starts with "_": Spark's file listing skips such files as hidden
+    spec["sinks"] = {name: {"format": "jsonl", "path": str(folder / "out" / f"{name.lstrip('_')}.jsonl")}
+                     for name in ("enriched", "views_per_region", "_ledger", "_runs")}
+    job = folder / "job.yaml"
+    job.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return job
 
 
 def _sample() -> dict[str, list[dict[str, Any]]]:
@@ -89,8 +77,7 @@ def test_a_live_pageview_region_application_equals_the_backfill_and_verify_says_
     produce(bootstrap, users, sample["users"])
     _run_app(bootstrap, app_id, pageviews, sink, tmp_path, main="LivePageViews", inputs=(users,))
 
-    job = tmp_path / "job.yaml"
-    job.write_text(JOB.format(bootstrap=bootstrap, pageviews=pageviews, users=users))
+    job = _job(tmp_path, bootstrap, pageviews, users)
     ran = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert ran.exit_code == 0, ran.stderr
     enriched = read_jsonl(tmp_path / "out" / "enriched.jsonl")

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from tests.conftest import write_jsonl
+from tests.verify.conftest import ran_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -41,14 +42,7 @@ INPUT = [("m", 1000), ("m", 2000), ("k", 10_000), ("k", 11_000), ("x", 20_000), 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("late")
-    write_jsonl(tmp / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": "v",
-                                              "timestamp": t} for i, (k, t) in enumerate(INPUT)])
-    path = tmp / "job.yaml"
-    path.write_text(JOB)
-    result = CliRunner().invoke(app, ["run", str(path), "--json"])
-    assert result.exit_code == 0, result.stderr
-    return path
+    return ran_job(tmp_path_factory.mktemp("late"), JOB, [(k, "v", 0, t) for k, t in INPUT])
 
 
 def _stream(job: Path, operator: str, planted: dict[tuple[str, int], int], tmp: Path) -> Path:
@@ -117,23 +111,14 @@ sinks:
 def test_a_rekeyed_window_whose_tied_records_came_in_another_order_is_tie_order(tmp_path: Path) -> None:
     # a1 (partition 0) and a2 (partition 1) both become key a through one repartition partition; at 3 s each
     # partition has a record: their interleaving there is modelled, not known. b's records never tie.
-    rows = [("a1", "x", 0, 3000), ("a2", "y", 1, 3000), ("b1", "p", 0, 4000), ("b1", "q", 0, 4500),
-            ("z1", "-", 0, 12_000), ("z2", "-", 1, 12_000)]
-    offsets: dict[int, int] = {}
-    records = []
-    for key, value, partition, ts in rows:
-        records.append({"topic": "t", "partition": partition, "offset": offsets.get(partition, 0), "key": key,
-                        "value": value, "timestamp": ts})
-        offsets[partition] = offsets.get(partition, 0) + 1
-    write_jsonl(tmp_path / "inputs" / "s.jsonl", records)
-    (tmp_path / "job.yaml").write_text(REKEYED)
-    assert CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml")]).exit_code == 0
+    job = ran_job(tmp_path, REKEYED, [("a1", "x", 0, 3000), ("a2", "y", 1, 3000), ("b1", "p", 0, 4000),
+                                      ("b1", "q", 0, 4500), ("z1", "-", 0, 12_000), ("z2", "-", 1, 12_000)])
     ours = [json.loads(line) for line in (tmp_path / "out" / "sliding.jsonl").read_text().splitlines()]
     flipped = {"x": "y", "y": "x", "q": "p"}
     stream = [{**r, "last_v": flipped.get(r["last_v"], r["last_v"]) if r["key"] in ("a", "b") and r["n"] > 1
                else r["last_v"], "partition": 0, "offset": i} for i, r in enumerate(ours)]
     assert sum(r["last_v"] != s["last_v"] for r, s in zip(ours, stream)) == 2  # [0, 5s] of a and of b
-    section = _verify(tmp_path / "job.yaml", "sliding", write_jsonl(tmp_path / "stream.jsonl", stream), tmp_path)
+    section = _verify(job, "sliding", write_jsonl(tmp_path / "stream.jsonl", stream), tmp_path)
     assert {c: n for c, n in section["causes"].items() if n} == {"tie_order": 1, "unexplained": 1}
     [tied] = [s for s in section["samples"] if s.get("cause") == "tie_order"]
     assert tied["key"] == "a" and "last_v" in tied["detail"]
@@ -162,17 +147,13 @@ def test_a_window_the_recomputation_does_not_reproduce_is_not_put_down_to_a_late
     # end, "b" then "a", then steps "c": "bac". A recomputation in offset order gives "abc", not the backfill's
     # value, so it cannot stand for the operator: a stream value that it reproduces with the late k@6 s (d, after
     # x@30 s closed the session) added, "abcd", proves nothing and stays unexplained.
-    rows = [("k", "a", 9000), ("k", "b", 1000), ("k", "c", 5000), ("x", "-", 30_000), ("k", "d", 6000),
-            ("y", "-", 40_000)]
-    write_jsonl(tmp_path / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": v,
-                                                   "timestamp": t} for i, (k, v, t) in enumerate(rows)])
-    (tmp_path / "job.yaml").write_text(FOLDED)
-    assert CliRunner().invoke(app, ["run", str(tmp_path / "job.yaml")]).exit_code == 0
+    job = ran_job(tmp_path, FOLDED, [("k", "a", 0, 9000), ("k", "b", 0, 1000), ("k", "c", 0, 5000),
+                                     ("x", "-", 0, 30_000), ("k", "d", 0, 6000), ("y", "-", 0, 40_000)])
     ours = [json.loads(line) for line in (tmp_path / "out" / "sessions.jsonl").read_text().splitlines()]
     assert [(r["key"], r["window_start"], r["window_end"], r["trail"]) for r in ours if r["key"] == "k"] == [
         ("k", 1000, 9000, "bac")]
     stream = [{**r, "trail": "abcd" if r["key"] == "k" else r["trail"], "partition": 0, "offset": i}
               for i, r in enumerate(ours)]
-    section = _verify(tmp_path / "job.yaml", "sessions", write_jsonl(tmp_path / "stream.jsonl", stream), tmp_path)
+    section = _verify(job, "sessions", write_jsonl(tmp_path / "stream.jsonl", stream), tmp_path)
     assert section["counts"]["mismatch"] == 1
     assert {c: n for c, n in section["causes"].items() if n} == {"unexplained": 1}

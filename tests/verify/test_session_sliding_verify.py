@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from tests.conftest import write_jsonl
+from tests.verify.conftest import ran_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -53,14 +54,7 @@ def _verify(job: Path, operator: str, rows: list[dict[str, Any]], tmp: Path) -> 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("windows")
-    write_jsonl(tmp / "inputs" / "s.jsonl", [{"topic": "t", "partition": 0, "offset": i, "key": k, "value": "x",
-                                              "timestamp": t} for i, (k, t) in enumerate(INPUT)])
-    path = tmp / "job.yaml"
-    path.write_text(JOB)
-    result = CliRunner().invoke(app, ["run", str(path), "--json"])
-    assert result.exit_code == 0, result.stderr
-    return path
+    return ran_job(tmp_path_factory.mktemp("windows"), JOB, [(k, "x", 0, t) for k, t in INPUT])
 
 
 def test_sessions_are_keyed_by_their_bounds_and_merges_are_a_cause(job: Path, tmp_path: Path) -> None:

@@ -536,6 +536,16 @@ def shallow(frame: DataFrame, held: list[DataFrame]) -> DataFrame:
     return stored
 
 
+def computed_once(frame: DataFrame) -> DataFrame:
+    """`frame` computed by the first job that reads it and stored there (a lazy local checkpoint): every later
+    plan reads the stored rows, however it reads the frame. For a Python kernel's output that later steps join
+    back to frames derived from it. Spark's cache (`persist`) is found by plan, and a plan reading a frame twice
+    (a self-join) gets a re-instanced copy of one side, with new attribute ids, that the cache does not find: a
+    persisted session kernel ran 5 to 7 times per run (once with this; a 15-operator conformance job of 522
+    records, 105 s -> 59 s). Free it with `release` (an OperatorResult's `cached` frames are)."""
+    return frame.localCheckpoint(eager=False)
+
+
 def release(checkpointed: DataFrame) -> None:
     """Free a local checkpoint's blocks now (Spark keeps them for the session's lifetime otherwise). Over Spark
     Connect the server frees them when the client drops the DataFrame, or with the session."""

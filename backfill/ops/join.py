@@ -36,6 +36,7 @@ from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, 
 from backfill.ops.expressions import joiner_sql
 from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
+from backfill.session import computed_once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -231,7 +232,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile,
                              F.lit(0).cast("long").alias("_idx"))]
         cached += (lone,)
         if not w.eager:
-            kernel = _outer_store(lone, recs, w, rules.outer_scan_per_side).persist(StorageLevel.MEMORY_AND_DISK)
+            kernel = computed_once(_outer_store(lone, recs, w, rules.outer_scan_per_side))
             picked.append(kernel.where(F.col("out_seq").isNotNull()).select(
                 "task", "key", "seq", F.col("out_seq").alias("_out_seq"), F.lit(TRIGGERED).alias("_phase"),
                 F.col("idx").alias("_idx")))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
-from pyspark import StorageLevel
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -41,6 +41,7 @@ from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
 from backfill.ops.windows import SessionWindows
 from backfill.sqldialect import SparkSQL
+from backfill.session import computed_once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -298,7 +299,7 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
     suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (keyed.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
               .applyInPandas(_kernel(windows, updates or suppress, suppress), KERNEL_SCHEMA)
-              .persist(StorageLevel.MEMORY_AND_DISK))
+              .transform(computed_once))
     if counts is not None:  # one kernel row per keyed record: its fate
         fates = {r["late"]: r["count"] for r in kernel.groupBy("late").count().collect()}
         counts.contributing, counts.late_pairs = fates.get(False, 0), fates.get(True, 0)

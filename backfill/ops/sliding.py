@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -33,6 +32,7 @@ from backfill.ops.expressions import CompiledAggregation, compile_aggregations
 from backfill.ops.join import NULL_VALUE
 from backfill.ops.kernel import KernelAggregate, SuppressBuffer, key_bytes
 from backfill.ops.windows import SlidingWindows
+from backfill.session import computed_once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -365,7 +365,7 @@ def sliding(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[int
     suppress = not updates and spec.close_mechanism == "suppress"
     kernel = (live.select("task", "seq", "key", "ts", F.col(st).alias("st")).groupBy("task")
               .applyInPandas(_kernel(windows, updates, suppress, not updates and not suppress), KERNEL_SCHEMA)
-              .persist(StorageLevel.MEMORY_AND_DISK))
+              .transform(computed_once))
     refused = kernel.where(F.col("kind") == REFUSED).select("task", "seq", "window_start")
     ledger = ledger.unionByName(ledger_rows(
         live.join(refused, ["task", "seq"]), reason=LATE, operator=op.name, stream_time=F.col(st),

@@ -30,6 +30,7 @@ from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
 from backfill.ops.expressions import joiner_sql
+from backfill.session import computed_once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -307,7 +308,7 @@ def _released(joinable: DataFrame, grace: int) -> DataFrame:
         return pd.DataFrame({"task": pdf["task"], "seq": pdf["seq"], "_at": at, "_pos": pos}).astype(
             {"_at": "Int64", "_pos": "Int64"})
 
-    placed = rows.groupBy("task").applyInPandas(run, schema)
+    placed = computed_once(rows.groupBy("task").applyInPandas(run, schema))
     return joinable.join(placed, ["task", "seq"])
 
 

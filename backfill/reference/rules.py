@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backfill.errors import NotImplementedYet, OrderingError
-from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import feeders, is_table_aggregate, is_table_join

@@ -45,7 +45,7 @@ def sequences(compared: DataFrame, backfill: DataFrame, stream: DataFrame, cmp: 
     step = F.expr(f"aggregate(_st, 0, (at, h) -> CASE WHEN at < 0 OR at >= size(_bf) THEN -1 "
                   f"ELSE coalesce({first}, -1) END)")
     matched = F.when(F.size("_st") == 0, F.lit(False)).otherwise(step >= 0)
-    last = F.expr(f"size(_bf) > 0 AND size(_st) > 0 AND "
+    last = F.expr("size(_bf) > 0 AND size(_st) > 0 AND "
                   + " AND ".join(_equal(f"element_at(_bf, -1).{n}", f"element_at(_st, -1).{n}",
                                         cmp.tolerances.get(c, Tolerance())) for c, n in zip(cmp.columns, names)))
     return both.select(*keys, (matched & last & (F.size("_st") < F.size("_bf"))).alias("_coalesced"),

@@ -161,12 +161,13 @@ class TableJoin(Operator):
         v = j.versioned
         expired = table.where(F.lit(False))
         pending: DataFrame | None = None
+        held: list[DataFrame] = []  # the grace buffer's kernel output, stored once (released with the result)
         if v is None:
             found = _latest(joinable, table)
         else:
             accepted = table.where(F.col("ts") >= F.col("_store_time") - F.lit(v.history_retention))
             expired = table.where(F.col("ts") < F.col("_store_time") - F.lit(v.history_retention))
-            released = _released(joinable, v.grace) if v.grace else joinable.withColumn(
+            released = _released(joinable, v.grace, held) if v.grace else joinable.withColumn(
                 "_at", F.col("seq")).withColumn("_pos", F.lit(0).cast("long"))
             if v.grace:
                 pending = released.where(F.col("_at").isNull())
@@ -187,7 +188,8 @@ class TableJoin(Operator):
                     (F.col("_at") * F.lit(STRIDE) + F.col("_pos")).cast("long").alias("emit_seq"), "task")
         ledger = self._ledger(recs, expired)
         incomplete = pending.select("ts", "task", "seq") if pending is not None else None
-        return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete, cached=(found,))
+        return OperatorResult(output=output, ledger=ledger, range_column="ts", incomplete=incomplete,
+                              cached=(found, *held))
 
     def _ledger(self, recs: DataFrame, expired: DataFrame) -> DataFrame:
         """Null keys (a stream record unless forwarded; every table record), null values, refused puts."""
@@ -293,7 +295,7 @@ def _erased(accepted: DataFrame) -> DataFrame:
     return accepted.join(marks, ["task", "seq"])
 
 
-def _released(joinable: DataFrame, grace: int) -> DataFrame:
+def _released(joinable: DataFrame, grace: int, held: list[DataFrame]) -> DataFrame:
     """Each stream record with the seq of the record that releases it from the grace buffer (`_at`; null: still
     waiting at the end of the data) and its place among the records released there (`_pos`)."""
     rows = joinable.select("task", "seq", "ts", "key")
@@ -309,6 +311,7 @@ def _released(joinable: DataFrame, grace: int) -> DataFrame:
             {"_at": "Int64", "_pos": "Int64"})
 
     placed = computed_once(rows.groupBy("task").applyInPandas(run, schema))
+    held.append(placed)
     return joinable.join(placed, ["task", "seq"])
 
 

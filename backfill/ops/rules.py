@@ -36,7 +36,6 @@ from backfill.jobspec.rulemessages import Rule, RuleMessageError, parse_rule
 from backfill.ledger import ledger_rows
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
 from backfill.ops.rules_kernel import JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition
-from backfill.session import computed_once, release
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -230,11 +229,11 @@ def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> Ope
 
     # every state whole in one partition, in processing order: one compiled call replays them all
     ordered = forks.repartition(*state_key).sortWithinPartitions(*state_key, *order)
-    found = computed_once(ordered.mapInPandas(kernel, OUTPUT_SCHEMA))
+    found = ordered.mapInPandas(kernel, OUTPUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     failed = found.where(F.col("fail").isNotNull()).orderBy("o0", "o1", "o2", "o3").limit(1).collect()
     if failed:
         f = failed[0]
-        release(found)
+        found.unpersist()
         raise WouldFail(f"operators.{op.name}: compat: demo: {f['fail']} at {spec.input} partition "
                         f"{f['partition']} offset {f['offset']}; use compat: intended to compute it as intended")
     alerts = _alerts(found, base.where(F.col("source") == spec.input), tl)

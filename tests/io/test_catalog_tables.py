@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

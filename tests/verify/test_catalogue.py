@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backfill.verify import catalogue
-from backfill.verify.catalogue import BY_NAME, CATALOGUE, CAUSES, SEVERITY, first_match
+from backfill.verify.catalogue import CATALOGUE, CAUSES, SEVERITY, first_match
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -81,6 +81,7 @@ def _replay(op: Any, by_partition: dict[int, list[dict[str, Any]]], restart_at: 
     result.outputs[op.name], result.incomplete[op.name] = [], []
     for partition in sorted(by_partition):
         agg = WindowAggregate(op, partition, result)
+        agg.release_at_close = False  # a window a restart re-opened is emitted once, with every record it took
         for seq, rec in enumerate(by_partition[partition], start=1):
             if rec["offset"] in restart_at.get(partition, ()):
                 agg.stream_time = -1  # restored state, fresh processor-local stream time (docs/semantics.md §9)

@@ -16,6 +16,12 @@ from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import tombstones
 
 
+def release(released: list[dict[str, Any]], row: dict[str, Any], task: int) -> None:
+    """Keep an `emit: final` row as its operator forwards it: with its `task` and its place in that task's
+    emission order (`emit_seq`, docs/semantics.md §18.2), for the operators that read it."""
+    released.append({**row, "emit_seq": len(released), "task": task})
+
+
 def forwarded(up: OperatorSpec, rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """Per task, the rows `up` forwarded as records of a derived source named after it (§18.1-§18.2): `partition`
     the task, `offset` the place in the task's emission order (by `emit_seq`), `ts` the output timestamp."""

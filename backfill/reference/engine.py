@@ -23,7 +23,7 @@ from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopolo
 from backfill.jobspec.topology import chain_order, task_count, upstream
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.filters import Filters
-from backfill.reference.chains import forwarded
+from backfill.reference.chains import forwarded, release
 from backfill.reference.flinkrules import run_rules
 from backfill.reference import offsets
 from backfill.reference.join import StreamJoin
@@ -52,6 +52,9 @@ class ReferenceResult:
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)  # docs/semantics.md §7.2
     gaps: dict[str, dict[str, Any]] = field(default_factory=dict)
     filtered: dict[str, int] = field(default_factory=dict)  # per operator: records its `where` dropped
+    # per `emit: final` operator whose output rows carry no `emit_seq` (time windows; sliding and session windows
+    # emitted on close): its rows as forwarded, with `task` and `emit_seq` (docs/semantics.md §18.2)
+    released: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     duration_s: float = 0.0
     filters: Filters | None = field(default=None, repr=False)
 
@@ -169,8 +172,13 @@ class WindowAggregate:
                             else compile_aggregate(a)) for name, a in spec.aggregations.items()}
         self.stream_time = -1
         self.store: dict[tuple[Any, int], dict[str, Any]] = {}
+        # emit: final: the rows in the order forwarded, numbered per task (docs/semantics.md §4.5, §18.2)
+        self.released: list[dict[str, Any]] = []
+        # emit on window close: at the record that closes them; False: every closed window at the end of the data,
+        # with its last value (the demo's simulated stream, whose restarts update windows a clean run closed)
+        self.release_at_close = True
         # emit: final by suppress(untilWindowCloses): every update goes through its buffer (duration: grace)
-        self.suppress = (SuppressBuffer(self.windows.grace, result.outputs[op.name], task, numbered=False)
+        self.suppress = (SuppressBuffer(self.windows.grace, self.released, task, numbered=True)
                          if self.emit == "final" and spec.close_mechanism == "suppress" else None)
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
@@ -204,6 +212,17 @@ class WindowAggregate:
             elif self.suppress is not None:  # buffer time: the window's end
                 self.suppress.put((rec["key"], start), end, key_bytes(rec["key"]) + start.to_bytes(8, "big"),
                                   self._row(rec["key"], start, state), state["ts"])
+        if self.emit == "final" and self.suppress is None and self.release_at_close:
+            self._emit_closed()
+
+    def _emit_closed(self) -> None:
+        """emitStrategy(onWindowClose()): after each record that reached it, the windows of its store that closed
+        (end <= stream time - G) since its last emission, by window start, then serialized key (§4.5)."""
+        close = self.stream_time - self.windows.grace
+        due = sorted((start, key_bytes(key), key) for key, start in self.store if start + self.windows.size <= close)
+        for start, _, key in due:
+            row = self._row(key, start, self.store.pop((key, start)))
+            release(self.released, row, self.task)
 
     def _row(self, key: Any, start: int, state: dict[str, Any]) -> dict[str, Any]:
         return {"key": key, "window_start": start, "window_end": start + self.windows.size,
@@ -214,17 +233,16 @@ class WindowAggregate:
         suppress, what its buffer still holds is incomplete."""
         if self.emit != "final":
             return
-        if self.suppress is not None:
-            self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
-                                                     for row in self.suppress.pending()]
-            return
-        for (key, start), state in sorted(self.store.items(), key=lambda kv: (kv[0][1], str(kv[0][0]))):
-            row = self._row(key, start, state)
-            if self.stream_time >= row["window_end"] + self.windows.grace:
-                self.result.outputs[self.op.name].append(row)
-            else:
-                self.result.incomplete[self.op.name].append({**row, "stream_time": self.stream_time,
-                                                             "task": self.task})
+        if self.suppress is None:
+            self._emit_closed()
+        self.result.released.setdefault(self.op.name, []).extend(self.released)
+        self.result.outputs[self.op.name] += [{k: v for k, v in row.items() if k not in ("emit_seq", "task")}
+                                              for row in self.released]
+        pending = (self.suppress.pending() if self.suppress is not None else
+                   [self._row(key, start, state) for (key, start), state in
+                    sorted(self.store.items(), key=lambda kv: (kv[0][1], key_bytes(kv[0][0])))])
+        self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
+                                                 for row in pending]
 
 
 def run_reference(job: Job, start: int | None = None, end: int | None = None) -> ReferenceResult:
@@ -370,7 +388,7 @@ def _run_chained(job: Job, op: OperatorSpec, result: ReferenceResult, partitions
     partition time standing for the upstream's (§18.3)."""
     up = upstream(op, job.spec.operators)
     assert up is not None
-    streams = forwarded(up, result.outputs[up.name])
+    streams = forwarded(up, result.released.get(up.name, result.outputs[up.name]))
     rules = versions.profile(job.spec.kafka_streams)
     topics = rekeys(op, rules.join_null_keys_reach_join)
     if not topics:

@@ -25,6 +25,7 @@ from typing import Any
 
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
+from backfill.reference.chains import release
 from backfill.reference.records import ledger_row
 from backfill.reference.suppress import SuppressBuffer, key_bytes
 
@@ -66,6 +67,7 @@ class SessionAggregate:
         self.segment_ms = max((self.gap + self.grace) // 2, 60_000)
         self.segments: set[int] = set()
         self.last_emit: int | None = None  # the close time of the last emission read
+        self.released: list[dict[str, Any]] = []  # what it emitted, numbered per task (§18.2)
 
     def _segment(self, t: int) -> int:
         """A segment's id: the timestamp divided by the segment length, truncated as Java's long division."""
@@ -96,8 +98,10 @@ class SessionAggregate:
         if high < 0 or high < low:
             return
         due = [(key, x) for key, held in self.store.items() for x in held if low <= x.end <= high]
-        for key, x in sorted(due, key=lambda kx: (kx[1].end, kx[1].start, str(kx[0]))):
-            self.result.outputs[self.op.name].append(self._row(key, x))
+        for key, x in sorted(due, key=lambda kx: (kx[1].end, kx[1].start, key_bytes(kx[0]))):
+            row = self._row(key, x)
+            self.result.outputs[self.op.name].append(row)
+            release(self.released, row, self.task)
         self.last_emit = close
 
     def process(self, rec: dict[str, Any], seq: int) -> None:
@@ -174,6 +178,7 @@ class SessionAggregate:
             self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
                                                      for row in self.suppress.pending()]
             return
+        self.result.released.setdefault(self.op.name, []).extend(self.released)
         close = self.stream_time - self.grace - self.gap
         every = [(key, s) for key, sessions in self.store.items() for s in sessions]
         for key, s in sorted(every, key=lambda ks: (ks[1].end, ks[1].start, str(ks[0]))):

@@ -17,6 +17,7 @@ from typing import Any
 
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
 from backfill.reference.expr import compile_aggregate, compile_fold
+from backfill.reference.chains import release
 from backfill.reference.records import ledger_row
 from backfill.reference.suppress import SuppressBuffer, key_bytes
 
@@ -46,6 +47,7 @@ class SlidingAggregate:
         # after each record that reaches the end of processing, the closed windows the store shows are emitted
         self.on_close = self.emit == "final" and spec.close_mechanism == "on_window_close"
         self.last_emit: int | None = None
+        self.released: list[dict[str, Any]] = []  # what it emitted on close, numbered per task (§18.2)
 
     # ------------------------------------------------------------------ store
     def _fetch(self, key: Any, lo: int, hi: int) -> list[tuple[int, tuple[dict[str, Any], int]]]:
@@ -101,7 +103,9 @@ class SlidingAggregate:
                      if lower <= start <= upper and self._shows(start))
         for start, _, key in due:
             state, ts = self.store[key][start]
-            self.result.outputs[self.op.name].append(self._row(key, start, state, ts))
+            row = self._row(key, start, state, ts)
+            self.result.outputs[self.op.name].append(row)
+            release(self.released, row, self.task)
         self.last_emit = close
 
     def _process(self, rec: dict[str, Any], seq: int) -> bool:
@@ -207,6 +211,7 @@ class SlidingAggregate:
             self.result.incomplete[self.op.name] += [{**row, "stream_time": self.stream_time, "task": self.task}
                                                      for row in self.suppress.pending()]
             return
+        self.result.released.setdefault(self.op.name, []).extend(self.released)
         close = self.stream_time - self.grace
         every = [(key, s, v) for key, windows in self.store.items() for s, v in windows.items()]
         for key, start, (state, ts) in sorted(every, key=lambda e: (e[1], str(e[0]))):

@@ -86,9 +86,6 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
                 "join or rules operator over a chained stream is not supported): read a source, or aggregate it")
     if up.rules is not None:
         return f"{field}.input: {up.name!r} is a rules operator, whose alerts are no stream here; read a source"
-    if up.aggregate is not None and up.aggregate.emit == "final":
-        return (f"{field}.input: {up.name!r} emits final windows; reading an emit: final aggregate is not "
-                f"supported yet: set operators.{up.name}.aggregate.emit: updates, or read a source")
     return None
 
 

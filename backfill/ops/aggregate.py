@@ -21,6 +21,7 @@ from backfill.jobspec.fields import FOLD_FIELDS
 from backfill.jobspec.models import OperatorSpec
 from backfill.ledger import LATE, NULL_KEY, ledger_rows
 from backfill.session import observation_done
+from backfill.ops.chained import release_order
 from backfill.ops.base import (Check, InRange, Operator, OperatorCounts, OperatorResult, OutputSuite, Publishable,
                                aggregate_expressions, check_null_drops, in_source, task_stream_time)
 from backfill.ops.expressions import CompiledAggregation, compile_aggregations
@@ -320,6 +321,16 @@ class FinalWindows(OperatorResult):
     operator: str = ""
     per_task: bool = False
     one_task_keys: bool = False
+    release_by: tuple[str, ...] = ("window_start",)  # sessions emitted on close: window_end, window_start
+
+    def forwarded_rows(self) -> DataFrame:
+        """The closed windows as the aggregate forwards them (docs/semantics.md §18.2): numbered already
+        (suppress on sliding and session windows), or in the order they are released (ops/chained.py)."""
+        assert self.windows is not None
+        if "emit_seq" in self.windows.columns:
+            return self.output
+        return release_order(self.windows.where("_closed").select(
+            *[c for c in self.windows.columns if c not in ("_closed", "_split")]), self.release_by)
 
     def publishable(self, in_range: InRange) -> Publishable:
         """The closed windows in range; the open ones counted; a window kept by two tasks refused."""

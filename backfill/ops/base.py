@@ -103,6 +103,11 @@ class OperatorResult:
     incomplete: DataFrame | None = None
     cached: tuple[DataFrame, ...] = ()
 
+    def forwarded_rows(self) -> DataFrame:
+        """The rows an operator reading this one reads (docs/semantics.md §18.2), each with the `task` that
+        forwarded it and its place in that task's emission order (`emit_seq`)."""
+        return self.output
+
     def publishable(self, in_range: InRange) -> Publishable:
         """The output rows inside the range, and how many rows are incomplete there."""
         inside = in_range(self.range_column)

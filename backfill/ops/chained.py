@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from backfill.io.sources import HEADERS_TYPE, WHERE_TYPE
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import tombstones
+from backfill.ops.join import key_order
 
 
 def forwarded(up: OperatorSpec, output: DataFrame) -> DataFrame:
@@ -45,3 +46,14 @@ def value_of(up: OperatorSpec) -> Column:
         return value
     return F.when(functools.reduce(lambda a, b: a & b, [F.col(n).isNull() for n in names]), F.lit(None)) \
         .otherwise(value)
+
+
+def release_order(closed: DataFrame, by: tuple[str, ...] = ("window_start",)) -> DataFrame:
+    """Final windows emitted on close (time windows by either mechanism), numbered per task as the aggregate
+    forwards them (docs/semantics.md §4.5, §10.4, §11.5, §18.2): each goes at the record that brings its task's
+    stream time past (time windows: to) its close, those of one record in store order: by start, then serialized
+    key (time and sliding windows), by end, then start, then key (sessions: `by` = window_end, window_start).
+    Stream time only grows and a window's close is its start (sessions: its end) plus a constant, so that is the
+    order of `by`, then the key, per task."""
+    number = Window.partitionBy("task").orderBy(*by, key_order(closed))
+    return closed.withColumn("emit_seq", (F.row_number().over(number) - 1).cast("long"))

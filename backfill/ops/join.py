@@ -285,10 +285,10 @@ def _records(ordered: DataFrame, op: OperatorSpec, st: str, w: JoinWindows) -> D
         side.alias("_side"), outer.alias("_outer"), F.col(st).alias("_stj"), own.alias("_sst_own"),
         other.alias("_sst_other"), F.greatest(F.lit(0), F.col("ts") + ahead).alias("_to"),
         # an expired write is dropped (in-memory store; RocksDB hides it on read): docs/semantics.md §5.2
-        (F.col("ts") <= own - F.lit(w.retention)).alias("_refused"), _key_order(ordered).alias("_korder"))
+        (F.col("ts") <= own - F.lit(w.retention)).alias("_refused"), key_order(ordered).alias("_korder"))
 
 
-def _key_order(df: DataFrame) -> Column:
+def key_order(df: DataFrame) -> Column:
     """A column sorting like the serialized key bytes (docs/semantics.md §5.3): a long's big-endian bytes compare unsigned."""
     if isinstance(df.schema["key"].dataType, T.LongType):
         return F.col("key").bitwiseXOR(F.lit(-(2**63)))
@@ -414,7 +414,7 @@ def _outer_flags(candidates: DataFrame, joinable: DataFrame, side: int, w: JoinW
             F.min(F.when(F.col("r_seq") > F.col("l_seq"), F.col("r_seq"))).alias("del_seq"))
         return flags.select("task", "key", "seq", "ts", F.lit(LEFT).alias("_side"), "_stj",
                             F.greatest(F.lit(0), F.col("ts") + F.lit(w.after)).alias("_to"),
-                            _key_order(joinable).alias("_korder"), "matched", "del_seq")
+                            key_order(joinable).alias("_korder"), "matched", "del_seq")
     found = candidates.where(F.col("r_seq").isNotNull()).groupBy(task, key, F.col("r_seq").alias("seq")).agg(
         F.max(F.col("r_seq") > F.col("l_seq")).alias("matched"),
         F.min(F.when(F.col("l_seq") > F.col("r_seq"), F.col("l_seq"))).alias("del_seq"))

@@ -313,7 +313,8 @@ def sessions(op: OperatorSpec, ordered: DataFrame, st: str, final_st: Mapping[in
                               cached=(kernel,))
     roots = _suppressed(nodes, aggs) if suppress else _final(nodes, aggs, windows, final_st)
     return FinalWindows(output=roots.where("_closed").select(*final_columns(roots)), ledger=ledger,
-                        range_column="window_start", windows=roots, operator=op.name, cached=(kernel,))
+                        range_column="window_start", windows=roots, operator=op.name, cached=(kernel,),
+                        release_by=("window_end", "window_start"))
 
 
 def _values(rows: DataFrame, aggs: list[CompiledAggregation], group: str) -> list[Column]:

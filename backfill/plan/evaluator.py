@@ -253,11 +253,11 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
         op = next(o for o in plan.operators if o.name == spec.name)
         up = upstream(spec, specs)
         assert up is not None
-        records = forwarded(up, {**results, **done}[up.name].output)
+        rows = {**results, **done}[up.name].forwarded_rows()
+        records = forwarded(up, rows)
         filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
         stage = dataclasses.replace(plan, sources=(), operators=(op,))
-        summary.chained[op.name] = {"from": up.name, "records": 0,
-                                    "forwarded": {**results, **done}[up.name].output.count()}
+        summary.chained[op.name] = {"from": up.name, "records": 0, "forwarded": rows.count()}
         chained = _chain_ordered(stage, records, ordered, summary, stored)
         _record_stats(stage, chained, summary)
         candidates = chained.where(_ledger_candidates(stage))

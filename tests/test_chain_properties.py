@@ -28,26 +28,31 @@ BATCHES = int(os.environ.get("CHAIN_BATCHES", "1"))
 SETTINGS = property_settings(2, env="CHAIN_EXAMPLES")
 PARTITIONS = 24
 STEPS = [0, 0, 1, 1, 2, 3, 5, -2, -6, 15]
-SOURCES = ("s", "t", "u")
+SOURCES = ("s", "t", "u", "v")  # v: s with each key in one partition only (final windows are unique per key)
+WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as string))"
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
-             "sess_window")
+             "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
+             "slfin", "slfin_count")
 
 
 def timelines(seed: int) -> dict[str, list[dict[str, Any]]]:
-    """Records of s, t (a stream) and u (a table) per scenario; partition = scenario, its own task."""
+    """Records of s, t (a stream) and u (a table) per scenario; partition = scenario, its own task; v is s with
+    the partition in each key."""
     rng = random.Random(seed)
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in SOURCES}
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in SOURCES[:3]}
     for part in range(rng.randint(PARTITIONS // 2, PARTITIONS)):
         clock = rng.randint(0, 5)
         offsets = dict.fromkeys(SOURCES, 0)
         for _ in range(rng.randint(0, 30)):
-            name = rng.choices(SOURCES, weights=(6, 2, 2))[0]
+            name = rng.choices(SOURCES[:3], weights=(6, 2, 2))[0]
             clock = max(0, clock + rng.choice(STEPS))
             n = rng.randint(0, 4)
             value = None if n == 0 and name != "s" else f"{name}{n}"
             out[name].append({"topic": name, "partition": part, "offset": offsets[name],
                               "key": rng.choice(["a", "b", "c", "a", None]), "value": value, "timestamp": clock})
             offsets[name] += 1
+    out["v"] = [{**r, "topic": "v", "key": None if r["key"] is None else f"{r['key']}{r['partition']}"}
+                for r in out["s"]]
     return out
 
 
@@ -57,6 +62,7 @@ def _job(seed: int) -> str:
     how = rng.choice(["left", "outer", "inner"])
     before, after = rng.choice([(2, 2), (0, 4), (5, 1)])
     busy = rng.choice([1, 2, 3])
+    close, session_close, sliding_close = (rng.choice(["suppress", "on_window_close"]) for _ in range(3))
     trail = "{fold: {init: \"''\", step: \"concat(acc, coalesce(%s, '~'), ' ')\"}}"
     ops = {
         "upd": f"aggregate: {{input: s, window: {{type: hopping, size: 10ms, advance: 5ms, grace: {g[0]}ms}}, "
@@ -82,6 +88,24 @@ def _job(seed: int) -> str:
                 "aggregations: {n: count()}, emit: updates}",
         "sess_window": "aggregate: {input: sess, window: {type: tumbling, size: 6ms, grace: 0ms}, "
                        "aggregations: {rows: count(), merged: count(value), n: sum(value.n)}, emit: updates}",
+        # final windows, released at the record whose stream time reaches their close (start, then key)
+        "fin": f"aggregate: {{input: v, window: {{type: hopping, size: 6ms, advance: 3ms, grace: {g[0]}ms}}, "
+               f"aggregations: {{n: count(), trail: {trail % 'value'}}}, emit: final, close: {close}}}",
+        "fin_by_n": "aggregate: {input: fin, group_by: \"cast(value.n as string)\", "
+                    f"aggregations: {{rows: count(), order: {trail % 'concat(key, cast(value.window_start as string))'}}}, "
+                    "emit: updates}",
+        "fin_window": f"aggregate: {{input: fin, window: {{type: tumbling, size: 9ms, grace: {g[1]}ms}}, "
+                      f"aggregations: {{rows: count(), order: {trail % 'cast(value.window_start as string)'}}}, "
+                      "emit: updates}",
+        "sfin": f"aggregate: {{input: v, window: {{type: session, gap: 2ms, grace: {g[5]}ms}}, "
+                    f"aggregations: {{n: count()}}, emit: final, close: {session_close}}}",
+        "sfin_count": "aggregate: {input: sfin, aggregations: {rows: count(), order: "
+                          f"{trail % WINDOW_TEXT}}}, "
+                          "emit: updates}",
+        "slfin": f"aggregate: {{input: v, window: {{type: sliding, time_difference: 4ms, grace: {g[3]}ms}}, "
+                 f"aggregations: {{n: count()}}, emit: final, close: {sliding_close}}}",
+        "slfin_count": "aggregate: {input: slfin, aggregations: {rows: count(), order: "
+                       f"{trail % WINDOW_TEXT}}}, emit: updates}}",
     }
     sources = "".join(f"  {name}: {{format: jsonl, path: inputs/{name}.jsonl, value: {{format: string}}, "
                       f"partitions: {PARTITIONS}}}\n" for name in SOURCES)
@@ -116,5 +140,6 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
                                                                                     ["from"], []))
                    for name in chained)
         assert sum(len(oracle.outputs[name]) for name in chained) > 200  # not vacuous
+        assert all(oracle.outputs[name] for name in ("fin_by_n", "fin_window", "sfin_count", "slfin_count"))
 
     check()

@@ -77,10 +77,30 @@ def test_a_join_over_an_operator_is_refused(tmp_path):
     assert "operators.j.join: reads operator 'a'; only an aggregate may read an operator's output yet" in line
 
 
-def test_reading_final_windows_is_refused_with_the_fix(tmp_path):
-    line = _refused(_job(tmp_path, {"a": _agg("s", "final"), "b": _agg("a")}))
-    assert "operators.b.aggregate.input: 'a' emits final windows" in line
-    assert "set operators.a.aggregate.emit: updates" in line
+@pytest.mark.parametrize("close", ["on_window_close", "suppress"])
+def test_final_session_windows_are_read_as_released(tmp_path, close):
+    """A session emitted final (gap 1m: [1000, 2000] closes at the record of 70,000) reaches the operator reading
+    it once, by either mechanism, with the session's end as its timestamp."""
+    session = ("aggregate: {input: s, window: {type: session, gap: 1m, grace: 0ms}, aggregations: {n: count()}, "
+               f"emit: final, close: {close}}}")
+    job = _job(tmp_path, {"a": session, "b": "aggregate: {input: a, aggregations: {sessions: count(), records: "
+                                              "sum(value.n)}, emit: updates}"})
+    got = CliRunner().invoke(app, ["run", str(job), "--engine", "reference", "--json"])
+    assert got.exit_code == 0, got.stderr
+    outputs = json.loads(got.stdout)["outputs"]
+    assert [(r["key"], r["sessions"], r["records"], r["ts"]) for r in outputs["b"]] == [("a", 1, 2, 2_000)]
+
+
+def test_final_time_windows_are_read_once_each_as_released(tmp_path):
+    """A tumbling window's final rows (1m: [0, 60000) closes when the record at 70,000 arrives) reach the
+    operator reading them once each, with their last value; the window still open at the end is not forwarded."""
+    job = _job(tmp_path, {"a": _agg("s", "final"), "b": "aggregate: {input: a, aggregations: {windows: count(), "
+                                                      "records: sum(value.n)}, emit: updates}"})
+    got = CliRunner().invoke(app, ["run", str(job), "--engine", "reference", "--json"])
+    assert got.exit_code == 0, got.stderr
+    outputs = json.loads(got.stdout)["outputs"]
+    assert [(r["window_start"], r["n"]) for r in outputs["a"]] == [(0, 2)]
+    assert [(r["key"], r["windows"], r["records"], r["ts"]) for r in outputs["b"]] == [("a", 1, 2, 2_000)]
 
 
 def test_plan_says_which_operator_reads_which(tmp_path):

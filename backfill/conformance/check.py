@@ -52,7 +52,8 @@ def counted_drops(sc: Scenario, version: str | None) -> dict[str | None, tuple[s
         return {sc.operator: ("late", "null_key"), None: ("invalid_timestamp",)}
     if sc.kind != "chain":
         return {sc.operator: dropped_reasons(sc.kind, version)}
-    up = {"tjoin": "table_join", "sjoin": "join", "agg": "aggregate"}[sc.config["up"]]
+    up = {"tjoin": "table_join", "sjoin": "join", "agg": "aggregate", "sess": "session",
+          "slide": "sliding"}[sc.config["up"]]
     return {sc.operator: dropped_reasons("aggregate", version), f"{sc.operator}_up": dropped_reasons(up, version)}
 
 

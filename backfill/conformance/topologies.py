@@ -1,8 +1,8 @@
 """Part: conformance. Scenarios for the topologies beyond one windowed operator: table aggregations (`table`),
 stream-table joins with plain and versioned tables (`table_join`), window aggregates behind a filter
 (`filter`) and chains in one task (`chain`: a stream-table or stream-stream join whose results are filtered and
-counted in windows, a window count whose update stream is filtered and counted per key), judged by the same
-Kafka Streams harness (jvm/harness `Topologies`).
+counted in windows, a window count whose update stream or final windows are filtered and counted per key),
+judged by the same Kafka Streams harness (jvm/harness `Topologies`).
 
 A stream-table scenario has several keys, table updates racing the stream records (out of order, on equal
 timestamps), tombstones, null keys and values on both sides; its two topics are queues of one task, fed to
@@ -20,6 +20,7 @@ KINDS = ("table", "table_join", "filter", "chain", "invalid")
 POLICIES = {"skip": 1, "pt": 2}  # an `invalid` configuration's on_invalid, and its number on the harness's P line
 INVALID_SHARE = 0.1  # of an `invalid` scenario's records (never its first: partition_time needs one before)
 FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
+WINDOW_UPS = ("agg", "sess", "slide")  # a chain whose upstream counts one stream in windows
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
 
@@ -32,8 +33,13 @@ def configs(kind: str) -> list[dict[str, Any]]:
                  for h in ("inner", "left") for s, a, g in ((10, 5, 0), (10, 10, 3))]
         joins += [{"up": "sjoin", "how": h, "size": 10, "advance": 10, "grace": 2, "before": b, "after": a, "jgrace": g}
                   for h in ("inner", "left", "outer") for b, a, g in ((2, 3, 1), (0, 5, 0))]
-        return joins + [{"up": "agg", "how": "-", "size": s, "advance": a, "grace": g, "before": 0, "after": 0,
-                         "jgrace": 0} for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2))]
+        # an upstream window count's every update (-), or its final windows: suppress, or emit on window close
+        return joins + [{"up": "agg", "how": e, "size": s, "advance": a, "grace": g, "before": 0, "after": 0,
+                         "jgrace": 0} for e in ("-", "suppress", "close") for s, a, g in ((10, 10, 0), (10, 5, 3),
+                                                                                         (12, 5, 2))] + [
+            # session (gap: size) and sliding (time difference: size) windows' final rows, by either mechanism
+            {"up": up, "how": e, "size": s, "advance": s, "grace": g, "before": 0, "after": 0, "jgrace": 0}
+            for up in ("sess", "slide") for e in ("suppress", "close") for s, g in ((3, 0), (6, 2))]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -54,7 +60,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     keys = ["a", "b", "c", "a", None]
     out: list[dict[str, Any]] = []
     recent: list[int] = []
-    sides = (("left", "l"),) if config.get("up") == "agg" else (("right", "t"), ("left", "l"))
+    sides = (("left", "l"),) if config.get("up") in WINDOW_UPS else (("right", "t"), ("left", "l"))
     for side, prefix in sides:
         for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
             roll = rng.random()
@@ -133,9 +139,15 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
     """A chain's two operators: what jvm/harness `Topologies#chain` builds with the DSL."""
     window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"] else
               f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
-    if c["up"] == "agg":
+    if c["up"] in WINDOW_UPS:
+        if c["up"] == "sess":
+            window = f"{{type: session, gap: {c['size']}ms, grace: {c['grace']}ms}}"
+        elif c["up"] == "slide":
+            window = f"{{type: sliding, time_difference: {c['size']}ms, grace: {c['grace']}ms}}"
+        emit = {"-": "updates", "suppress": "final\n      close: suppress",
+                "close": "final\n      close: on_window_close"}[c["how"]]
         up = (f"    aggregate:\n      input: {sources['left']}\n      window: {window}\n"
-              "      aggregations: {c: count()}\n      emit: updates")
+              f"      aggregations: {{c: count()}}\n      emit: {emit}")
         down = (f"    aggregate:\n      input: {name}_up\n      where: \"value.c >= 2\"\n"
                 "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, cast(value.window_start as string), ':', "
                 "cast(value.c as string), ';')\"}}}\n      emit: updates")

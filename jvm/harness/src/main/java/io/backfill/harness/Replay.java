@@ -92,8 +92,10 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       fold of p (ours), or tomb (a fold of p whose step gives null when p is z: a delete);
  *                       filter as for tjoin, over the p of the value
  *   S id agg ... [aggregator [retention [filter]]]   a window aggregate after KStream#filter, as for tjoin
- *   S id chain up(tjoin|sjoin|agg) how size advance grace before after joingrace   an operator reading what
- *                       another forwards, in one task (Topologies#chain); how, before, after, joingrace: the join's
+ *   S id chain up(tjoin|sjoin|agg|sess|slide) how size advance grace before after joingrace   an operator reading
+ *                       what another forwards, in one task (Topologies#chain); how, before, after, joingrace: the join's
+ *                       (up agg, sess, slide: how is -, suppress or close, the upstream's emit; size the gap or
+ *                       time difference)
  *   T task                                                 a task: the records below, in processing order
  *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it

@@ -9,7 +9,15 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.kstream.Aggregator;
+import org.apache.kafka.streams.kstream.Initializer;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
@@ -19,8 +27,11 @@ import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
+import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.state.KeyValueBytesStoreSupplier;
 import org.apache.kafka.streams.state.KeyValueStore;
@@ -95,20 +106,16 @@ final class Topologies {
      * records whose region is null or x filtered out, then a windowed count|fold of p.
      * up sjoin: stream-stream join of "left" and "right" (before, after, join grace), value p|r with '-' for a
      * missing side, records whose value starts with x filtered out, then a windowed count|fold of the values.
-     * up agg: a windowed count of "left" (every update), updates with a count below 2 filtered out, re-keyed to
-     * the window's key, then a table count|fold of start:count. Every output key is key \t start \t end.
+     * up agg, sess, slide: a count of "left" in time, session or sliding windows (windowCounts), rows with a count
+     * below 2 filtered out, re-keyed to the window's key, then a table count|fold of start:count. Every output key
+     * is key \t start \t end.
      */
     static void chain(StreamsBuilder builder, String up, String how, long size, long advance, long grace,
                       long before, long after, long joinGrace) {
         KStream<String, String> left = builder.stream("left", Consumed.with(Serdes.String(), Serdes.String()));
-        if (up.equals("agg")) {
-            TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
-                .advanceBy(Duration.ofMillis(advance));
-            left.groupByKey(Grouped.with(Serdes.String(), Serdes.String())).windowedBy(windows)
-                .aggregate(() -> "0", (k, v, acc) -> Long.toString(Long.parseLong(acc) + 1),
-                    Materialized.<String, String, WindowStore<Bytes, byte[]>>as("up")
-                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
-                .toStream()
+        if (up.equals("agg") || up.equals("sess") || up.equals("slide")) {
+            KTable<Windowed<String>, String> counts = windowCounts(left, up, how, size, advance, grace);
+            counts.toStream()
                 .filter((wk, c) -> Long.parseLong(c) >= 2)
                 .map((wk, c) -> KeyValue.pair(wk.key(), wk.window().start() + ":" + c))
                 .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
@@ -158,6 +165,47 @@ final class Topologies {
             .toStream()
             .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** The upstream of a chain "agg", "sess" or "slide": a count of "left" in time (size, advance), session (gap:
+     * size) or sliding (time difference: size) windows, every update (how "-"), through
+     * suppress(untilWindowCloses) ("suppress"), or emitted on window close ("close"). */
+    private static KTable<Windowed<String>, String> windowCounts(KStream<String, String> left, String up, String how,
+                                                                 long size, long advance, long grace) {
+        KGroupedStream<String, String> grouped = left.groupByKey(Grouped.with(Serdes.String(), Serdes.String()));
+        Initializer<String> zero = () -> "0";
+        Aggregator<String, String, String> one = (k, v, acc) -> Long.toString(Long.parseLong(acc) + 1);
+        KTable<Windowed<String>, String> counts;
+        if (up.equals("sess")) {
+            SessionWindowedKStream<String, String> windowed = grouped.windowedBy(
+                SessionWindows.ofInactivityGapAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace)));
+            if (how.equals("close")) {
+                windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+            }
+            counts = windowed.aggregate(zero, one, (k, a, b) -> Long.toString(Long.parseLong(a) + Long.parseLong(b)),
+                Materialized.<String, String, SessionStore<Bytes, byte[]>>as("up")
+                    .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        } else {
+            TimeWindowedKStream<String, String> windowed = up.equals("slide")
+                ? grouped.windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(size),
+                    Duration.ofMillis(grace)))
+                : grouped.windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofMillis(size), Duration.ofMillis(grace))
+                    .advanceBy(Duration.ofMillis(advance)));
+            if (how.equals("close")) {
+                windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
+            }
+            Materialized<String, String, WindowStore<Bytes, byte[]>> store = Materialized
+                .<String, String, WindowStore<Bytes, byte[]>>as("up")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled();
+            // time windows emitted on close: a day, as emit-on-close reads the closed windows through the store's
+            // retention, which backfill models for them as keeping each until emitted (sliding: the default, modelled)
+            if (how.equals("close") && up.equals("agg")) {
+                store = store.withRetention(Duration.ofDays(1));
+            }
+            counts = windowed.aggregate(zero, one, store);
+        }
+        return how.equals("suppress")
+            ? counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded())) : counts;
     }
 
     /** count | fold: one more, and the text appended. */

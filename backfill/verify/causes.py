@@ -34,8 +34,10 @@ Sliding and session windows (`attribute_by_bounds`) get the causes their outputs
 duplicate_delivery, session_merge_differs, range_boundary, and missing_input from the input's offset gaps (the
 run's gap record, docs/semantics.md §7.4, when it stands for the input); and late_drop_differs where the
 window recomputed over the records the backfill accepted for it gives the backfill's value and, with k late
-drops added (or k records accepted behind stream time removed), the stream's; tie_order as for time windows.
-Restarts are not attempted.
+drops added (or k records accepted behind stream time removed), the stream's; tie_order as for time windows;
+and, in a task with evidence of a restart, reprocessed_after_restart and state_lost_on_restore proved the same
+way as for time windows over the records inside the window's bounds (a window whose bounds both sides share),
+and reemitted for a window emitted again that closed after the restart point.
 """
 from __future__ import annotations
 
@@ -196,8 +198,16 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
     chosen = restarts.choose(reproducing(rows, nonmatch, aggs, cmp, windows))
     shown = restarts.variant_records(mem, chosen)
     out = out.join(chosen, ["key", "window_start"], "left").join(shown, ["key", "window_start"], "left") \
-        .localCheckpoint()  # few rows; read twice below
-    # where each task restarted: its committed offset, else the earliest record a proven variant applied twice
+        .localCheckpoint()  # few rows; read twice
+    return _reemissions(out, points, cmp, ev, windows.close(F.col("window_start")), strict=False)
+
+
+def _reemissions(out: DataFrame, points: dict[int, int | None], cmp: Comparison, ev: Evidence, close: Column,
+                 strict: bool) -> DataFrame:
+    """`out` (with `restart_variant`, `restart_from`) with each task's restart point `_restart_at` (its
+    committed offset, else the earliest record a proven variant applied twice), and, for a window the stream
+    has more often, the offset its task's stream time reached its `close` at (`closed_at`; `strict`: passed it)
+    and `_reemit`: that was at or after the restart point, so a restored buffer emitted it again."""
     twice = F.floor(F.col("restart_variant") / 10**6) == restarts.DOUBLE
     inferred = {r["_task"]: r["at"] for r in out.where(twice).groupBy("_task").agg(
         F.min("restart_from").alias("at")).collect()} if any(o is None for o in points.values()) else {}
@@ -208,8 +218,8 @@ def _with_restarts(out: DataFrame, mem: DataFrame, nonmatch: DataFrame, late: Da
             .withColumn("_restart_at", F.lit(None).cast("long"))
     at_map = F.create_map(*[x for p, o in known.items() for x in (F.lit(p), F.lit(o))])
     repeated = out.where((F.col("category") == cmp.label("duplicate")) & F.col("_task").isin(list(known))) \
-        .select("key", "window_start", F.col("_task").alias("partition"))
-    closed = restarts.closing_offsets(ev.records, repeated, windows)
+        .select("key", "window_start", F.col("_task").alias("partition"), close.alias("_close"))
+    closed = restarts.first_reaching(ev.records, repeated, strict)
     out = out.join(closed, ["key", "window_start"], "left").withColumn("_restart_at", at_map[F.col("_task")])
     return out.withColumn("_reemit", F.coalesce(F.col("closed_at") >= F.col("_restart_at"), F.lit(False)))
 
@@ -298,23 +308,12 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     # records the backfill accepted behind stream time that the stream dropped: a restart explains the same value
     # better where one is proven (a restarted task's stream time starts over lower; it drops fewer, never more)
     late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
-    restart_at = F.coalesce(F.col("_restart_at").cast("string"), F.lit("?"))
     cause, detail = first_match([
-        ((F.col("category") == dup) & F.col("_reemit"), "reemitted", F.format_string(
-            "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
-            "suppress's buffer, restored as it was at the last commit, emitted it again; a compacted table keeps "
-            "the last emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"), restart_at)),
+        ((F.col("category") == dup) & F.col("_reemit"), "reemitted", _reemit_detail("suppress's buffer")),
         *_repeats(cmp),
         (late, "late_drop_differs", late_detail),
-        (kind == restarts.DOUBLE, "reprocessed_after_restart", F.format_string(
-            "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
-            "store restored after the restart already held them and they were processed again; %s",
-            F.col("restart_n"), F.col("_task"), F.col("restart_from"), F.col("restart_to"), _kept())),
-        (kind == restarts.SUFFIX, "state_lost_on_restore", F.format_string(
-            "the stream's value is the aggregate of the window's last %d record(s) alone (partition %d offsets "
-            "%d-%d): the window had expired in the store restored after the restart, so each record was "
-            "aggregated from the initializer and not stored; %s", F.col("restart_n"), F.col("_task"),
-            F.col("restart_from"), F.col("restart_to"), _kept())),
+        (kind == restarts.DOUBLE, "reprocessed_after_restart", _double_detail()),
+        (kind == restarts.SUFFIX, "state_lost_on_restore", _suffix_detail()),
         (only_order, "tie_order", _tie_detail()),
         (F.col("_end_open"), "range_boundary", "window not closed by the end of the data read "
                                                "(stream time < window end + grace)"),
@@ -332,6 +331,30 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     dropped = ("variant", "restart_variant", "restart_records", "records")
     return out.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", records).select(
         *[c for c in keep if c not in dropped], "records", "cause", "detail")
+
+
+def _reemit_detail(buffer: str) -> Column:
+    """A window emitted again after a restart: where it closed, against the task's restart point."""
+    return F.format_string(
+        "emitted %d times: the window closed at partition %d offset %d, after the restart point (offset %s), so "
+        f"{buffer}, restored as it was at the last commit, emitted it again; a compacted table keeps the last "
+        "emission, which is right", F.col("_rows"), F.col("_task"), F.col("closed_at"),
+        F.coalesce(F.col("_restart_at").cast("string"), F.lit("?")))
+
+
+def _double_detail() -> Column:
+    return F.format_string(
+        "%d record(s) of this window (partition %d offsets %d-%d, from the restart on) were applied twice: the "
+        "store restored after the restart already held them and they were processed again; %s",
+        F.col("restart_n"), F.col("_task"), F.col("restart_from"), F.col("restart_to"), _kept())
+
+
+def _suffix_detail() -> Column:
+    return F.format_string(
+        "the stream's value is the aggregate of the window's last %d record(s) alone (partition %d offsets "
+        "%d-%d): the window had expired in the store restored after the restart, so each record was "
+        "aggregated from the initializer and not stored; %s", F.col("restart_n"), F.col("_task"),
+        F.col("restart_from"), F.col("restart_to"), _kept())
 
 
 def _only_order(order_sensitive: list[str], ties: Column) -> Column:
@@ -426,9 +449,11 @@ def _kept() -> Column:
 
 
 def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev: Evidence,
-                        written: bounds.Written) -> DataFrame:
-    """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs and each
-    partition's stream time at the end of the data (docs/semantics.md §10, §11)."""
+                        written: bounds.Written, restart: RestartEvidence | None = None
+                        ) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """Sliding and session windows: non-matching rows with `cause` and `detail` from the outputs, each
+    partition's stream time at the end of the data and the input records inside each window's bounds
+    (docs/semantics.md §10, §11), and the restarts found (verify/restarts.py `incidents`)."""
     assert op.aggregate is not None
     w = op.aggregate.window
     session = w.type == "session"
@@ -465,14 +490,25 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     out = _bounds_gaps(out, ev, rule, end)
     aggs = compile_aggregations(op.aggregate.aggregations, f"operators.{op.name}.aggregate", session=session)
     out = _late_by_bounds(out, nonmatch, ev, op, cmp, aggs, session, end)
+    points = _restart_points(ev, restart)
+    out = _restarts_by_bounds(out, ev, op, cmp, aggs, session, end, points, closes)
     out = bounds.straddled(out, written, F.col("window_start"), (F.col("window_start"), end + F.lit(1)), closes)
     outside = F.col(bounds.BOUND).isNotNull()
     side = F.when(F.col("category") == missing, F.lit("stream")).otherwise(F.lit("backfill"))
     other, gap = F.col("_other").isNotNull(), F.col("_gap").isNotNull()
+    # as for time windows (`_assign`): a restart cause yields to tie order and to a window open at the end of the
+    # data read; the stream dropping records the backfill accepted behind stream time yields to a proven restart
+    only_order = _only_order([a.name for a in aggs if a.order_sensitive], F.col("_ties"))
+    kind = F.when(~only_order & ~open_, F.floor(F.col("restart_variant") / 10**6))
+    late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
     cause, detail = first_match([
+        ((F.col("category") == cmp.label("duplicate")) & F.col("_reemit"), "reemitted", _reemit_detail(
+            "suppress's buffer" if suppress else "the window store")),
         *_repeats(cmp),
-        (F.col("variant").isNotNull(), "late_drop_differs", _late_detail()),
-        (_only_order([a.name for a in aggs if a.order_sensitive], F.col("_ties")), "tie_order", _tie_detail()),
+        (late, "late_drop_differs", _late_detail()),
+        (kind == restarts.DOUBLE, "reprocessed_after_restart", _double_detail()),
+        (kind == restarts.SUFFIX, "state_lost_on_restore", _suffix_detail()),
+        (only_order, "tie_order", _tie_detail()),
         (other & gap, "missing_input", F.concat(
             F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise"))),
         (other, "session_merge_differs", F.format_string(
@@ -484,8 +520,57 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         (gap, "missing_input", F.col("_gap")),
         (F.col("category") == missing, "unexplained", "no evidence why the stream lacks this window"),
         (None, "unexplained", "no evidence: a logic difference")])
-    keep = [c for c in out.columns if (not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task"))
-            and c not in ("variant", "records")]
-    return out.select(*keep, *_no_restart_proof(),
-                      F.when(cause == "late_drop_differs", F.col("records")).cast(RECORDS).alias("records"),
-                      cause.alias("cause"), detail.alias("detail"))
+    keep = [c for c in out.columns if (not c.startswith("_") or c in ("_rows", "_copies", "_extra", "_task",
+                                                                       "_restart_at"))
+            and c not in ("variant", "records", "restart_variant", "restart_records")]
+    records = (F.when(cause == "late_drop_differs", F.col("records"))
+               .when(cause.isin("reprocessed_after_restart", "state_lost_on_restore"), F.col("restart_records")))
+    attributed = out.select(*keep, records.cast(RECORDS).alias("records"), cause.alias("cause"),
+                            detail.alias("detail")).persist(StorageLevel.MEMORY_AND_DISK)
+    found = restarts.incidents(attributed, points, ev.records) if points else []
+    return attributed, found
+
+
+def _restarts_by_bounds(out: DataFrame, ev: Evidence, op: OperatorSpec, cmp: Comparison,
+                        aggs: list[CompiledAggregation], session: bool, end: Column, points: dict[int, int | None],
+                        closes: Column) -> DataFrame:
+    """`out` with the restart proof of sliding and session windows (docs/semantics.md §9.5): over the key's records
+    inside a window's bounds (both sides share them: a mismatch), the run of records from the restart point on
+    applied twice, or the last records counted alone, that gives the stream's value exactly; and `_reemit` for a
+    window the stream emitted again that closed (`closes`: stream time reached its close, §10.4, §11.5) at or
+    after the restart point of its task."""
+    none = out
+    for name, kind in {"restart_variant": "long", "restart_records": RECORDS, "restart_n": "long",
+                       "restart_from": "long", "restart_to": "long", "closed_at": "long", "_restart_at": "long"}.items():
+        none = none.withColumn(name, F.lit(None).cast(kind))
+    none = none.withColumn("_reemit", F.lit(False))
+    if not points or not ev.ledger_read:
+        return none
+    both = out.where(F.col("category") == MISMATCH).withColumn("window_end", end) \
+        .withColumn("_in_stream", F.lit(True)).withColumn("_in_backfill", F.lit(True))
+    # a window a late drop explains (records the stream accepted) is not searched: a restart never adds records
+    both = both.where(~F.coalesce(F.col("variant") > 0, F.lit(False))).drop("records", "variant", "_ties")
+    n = both.count()
+    dups = out.where(F.col("category") == cmp.label("duplicate"))
+    if not n and not dups.count():
+        return none
+    found = out.select("key", "window_start").limit(0).withColumn("restart_variant", F.lit(None).cast("long"))
+    shown = None
+    if n:
+        mem = bounded_members(ev, both, n, session).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            chosen = restarts.choose(reproducing(restarts.variants(mem, points), both, aggs, cmp, None))
+            shown = restarts.variant_records(mem, chosen).localCheckpoint()
+            found = chosen.localCheckpoint()
+        finally:
+            mem.unpersist()
+    out = out.join(found, ["key", "window_start"], "left")
+    if shown is not None:
+        out = out.join(shown, ["key", "window_start"], "left")
+    else:
+        for name, kind in {"restart_records": RECORDS, "restart_n": "long", "restart_from": "long",
+                           "restart_to": "long"}.items():
+            out = out.withColumn(name, F.lit(None).cast(kind))
+    assert op.aggregate is not None
+    strict = op.aggregate.close_mechanism != "suppress"  # emitted on close once stream time passed it
+    return _reemissions(out.localCheckpoint(), points, cmp, ev, closes, strict)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -41,9 +41,6 @@ from pyspark.sql import functions as F
 from backfill.errors import SpecError
 from backfill.verify.catalogue import RESTART_CAUSES
 from backfill.verify.reconcile import value_hash
-
-if TYPE_CHECKING:
-    from backfill.ops.windows import TimeWindows
 
 MAX_WINDOW_RECORDS = 250  # records of one window searched for the run applied twice, with committed offsets
 MAX_WINDOW_RECORDS_UNKNOWN = 24  # the same without them (every run is a candidate: n * n / 2 variants)
@@ -184,13 +181,13 @@ def variant_records(mem: DataFrame, chosen: DataFrame, limit: int = 12) -> DataF
         F.max("offset").alias("restart_to")))
 
 
-def closing_offsets(records: DataFrame, wanted: DataFrame, windows: TimeWindows) -> DataFrame:
-    """Per wanted (key, window_start, partition): the offset of the first record of the partition whose
-    arrival closed the window (stream time >= end + grace), null when none did."""
-    closes = wanted.select("key", "window_start", "partition", windows.close(F.col("window_start")).alias("_close"))
-    # stream time first reaches `_close` at the partition's first record with ts >= `_close`
+def first_reaching(records: DataFrame, closes: DataFrame, strict: bool = False) -> DataFrame:
+    """Per (key, window_start, partition, `_close`) of `closes`: the offset of the partition's first record whose
+    arrival brought stream time to `_close` (`strict`: past it), `closed_at`; null when none did. Stream time
+    first reaches a value at the partition's first record with a timestamp at least that value."""
+    ts = F.col("ts")
     return (records.select("partition", "offset", "ts").join(F.broadcast(closes), "partition")
-            .where(F.col("ts") >= F.col("_close"))
+            .where(ts > F.col("_close") if strict else ts >= F.col("_close"))
             .groupBy("key", "window_start").agg(F.min("offset").alias("closed_at")))
 
 

@@ -294,14 +294,15 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
             notes.append(f"the input's offset gaps: {ev.gaps_from}")
         if differs and up is None:
             progress(f"{op.name}: attributing causes")
-            if windows is None:  # sliding and session windows: what their outputs alone show
-                attributed = causes_mod.attribute_by_bounds(result, cmp, op, ev, _written(plan, positions, ev))
+            restart = _restart_evidence(stream, compared, ev, cmp, commits, updates, f"{op.name}")
+            if windows is None:  # sliding and session windows: the records inside each window's bounds
+                attributed, found = causes_mod.attribute_by_bounds(result, cmp, op, ev, _written(plan, positions, ev),
+                                                                   restart)
                 if mechanism.applies(op):
                     progress(f"{op.name}: recomputing with the other final mechanism")
                     attributed = _other_mechanism(spark, plan, op, stream, cmp, attributed)
                 attributed = attributed.persist(StorageLevel.MEMORY_AND_DISK)
             else:
-                restart = _restart_evidence(stream, compared, ev, cmp, commits, updates, f"{op.name}")
                 rest = result if coalesced is None else result.where(F.col("_coalesced").isNull())
                 attributed, found = causes_mod.attribute(rest, cmp, op, ev, _written(plan, positions, ev), restart)
                 if coalesced is not None:

@@ -130,6 +130,7 @@ class RulesOperator(Operator):
     """The `rules` operator of a job: alerts of per-event lookback rules."""
 
     noun = "rules operator"
+    verified_as = "alerts"  # verify/alerts.py: keyed by (rule_id, transaction_id)
 
     range_column = "ts"  # an alert's range is its transaction's timestamp
     reads_all = True  # a state holds what arrived before: history before --start and after --end counts

@@ -310,7 +310,7 @@ def _assign(out: DataFrame, cmp: Comparison, windows: TimeWindows, order_sensiti
     late = F.col("variant").isNotNull() & ~((F.col("variant") < 0) & kind.isNotNull())
     cause, detail = first_match([
         ((F.col("category") == dup) & F.col("_reemit"), "reemitted", _reemit_detail("suppress's buffer")),
-        *_repeats(cmp),
+        *repeats(cmp),
         (late, "late_drop_differs", late_detail),
         (kind == restarts.DOUBLE, "reprocessed_after_restart", _double_detail()),
         (kind == restarts.SUFFIX, "state_lost_on_restore", _suffix_detail()),
@@ -415,7 +415,7 @@ def _late_by_bounds(out: DataFrame, nonmatch: DataFrame, ev: Evidence, op: Opera
         mem.unpersist()
 
 
-def _repeats(cmp: Comparison) -> list[tuple[Column, str, Column]]:
+def repeats(cmp: Comparison) -> list[tuple[Column, str, Column]]:
     """The first causes of a window the stream has more often: exact copies, else unexplained."""
     dup = F.col("category") == cmp.label("duplicate")
     detail = F.format_string("%d rows for this window, %d exact copies", F.col("_rows"), F.col("_copies"))
@@ -432,7 +432,7 @@ def attribute_outputs_only(result: DataFrame, cmp: Comparison) -> DataFrame:
     """Non-matching rows of an operator whose input is not read (it reads another operator's rows, a chain):
     `duplicate_delivery` where the extra rows are exact copies, `unexplained` for the rest (no evidence)."""
     cause, detail = first_match([
-        *_repeats(cmp),
+        *repeats(cmp),
         (None, "unexplained", "no evidence: the operator's input is another operator's rows, which verify does "
                               "not read")])
     nonmatch = result.where(F.col("category") != MATCH)
@@ -504,7 +504,7 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
     cause, detail = first_match([
         ((F.col("category") == cmp.label("duplicate")) & F.col("_reemit"), "reemitted", _reemit_detail(
             "suppress's buffer" if suppress else "the window store")),
-        *_repeats(cmp),
+        *repeats(cmp),
         (late, "late_drop_differs", _late_detail()),
         (kind == restarts.DOUBLE, "reprocessed_after_restart", _double_detail()),
         (kind == restarts.SUFFIX, "state_lost_on_restore", _suffix_detail()),

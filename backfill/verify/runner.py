@@ -5,6 +5,7 @@ histogram and a few samples per category.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import time
@@ -28,7 +29,7 @@ from backfill.plan.definition import Plan
 from backfill.jobspec.models import OperatorSpec
 from backfill.verify import causes as causes_mod
 from backfill.verify import evidence
-from backfill.verify import bounds, cache, join_evidence, joins, mechanism, restarts
+from backfill.verify import alerts, bounds, cache, join_evidence, joins, mechanism, restarts
 from backfill.verify.catalogue import CAUSES, SEVERITY
 from backfill.checks.expectations import RESULT_FORMAT_REPORT, duplicated_groups, unique_check, validate
 from backfill.ops.aggregate import numbered_finals, window_checks, window_frame
@@ -216,6 +217,8 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
     how = _verified_as(plan, target.operator)
     if how == "join":
         return verify_join(spark, plan, target, maps, progress, corrections)
+    if how == "alerts":
+        return verify_alerts(spark, plan, target, maps, progress, corrections)
     op = plan.job.spec.operator(target.operator)
     assert how == "windows" and op.aggregate is not None and op.aggregate.window is not None
     kind = op.aggregate.window.type
@@ -473,6 +476,79 @@ def verify_join(spark: SparkSession, plan: Plan, target: Target, maps: dict[str,
             release(attributed)
 
 
+def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[str, str], progress: Progress,
+                  corrections: Path | None = None) -> Section:
+    """A rules operator: its alerts against a live job's, keyed by (rule_id, transaction_id) (verify/alerts.py)."""
+    op = plan.job.spec.operator(target.operator)
+    settings = plan.job.spec.verify.get(op.name)
+    backfill_ref = _published(plan, op.name)
+    stream_ref = with_cluster_security(parse_ref(target.against, target.base), plan.job)
+    progress(f"{op.name}: reading {backfill_ref} and {stream_ref}")
+    where = f"--against {op.name}={target.against}"
+    raw = read_table(spark, backfill_ref, T.StructType([
+        T.StructField(c, t) for c, t in (("rule_id", T.LongType()), ("key", T.StringType()),
+                                         ("value", T.StringType()), ("transaction", T.StringType()),
+                                         ("ts", T.LongType()), ("rule", T.StringType()),
+                                         ("emit_seq", T.LongType()))]))
+    mapping = {**(settings.columns if settings else {}), **maps}
+    stream = alerts.stream_alerts(apply_mapping(read_table(spark, stream_ref, T.StructType([
+        T.StructField("rule_id", T.LongType()), T.StructField("transaction_id", T.StringType())])), mapping, where),
+        where)
+    ours = alerts.backfill_alerts(raw).where(in_range("ts", plan.start, plan.end))
+    cmp = alerts.comparison(stream)
+    cmp = dataclasses.replace(cmp, tolerances=parse_tolerances(
+        [f"{c}={v}" for c, v in (settings.tolerance if settings else {}).items()]))
+    progress(f"{op.name}: reconciling")
+    compared, counts = reconcile(ours, stream, cmp)
+    result = compared.drop("_lrows", "_maybe")
+    attributed = None
+    try:
+        cause_counts = {c: 0 for c in CAUSES}
+        if sum(counts.values()) - counts[MATCH]:
+            progress(f"{op.name}: attributing causes")
+            attributed = alerts.attribute(result, cmp).withColumn("_task", F.lit(None).cast("int")) \
+                .withColumn("records", F.lit(None)).select("*", *[F.lit(None).cast("long").alias(c)
+                                                                  for c in PROOF_COLUMNS])
+            for row in attributed.groupBy("cause").count().collect():
+                cause_counts[row["cause"]] = row["count"]
+        notes = [f"an alert is identified by its rule and its transaction's {alerts.ID_FIELD!r}; compared: "
+                 f"{', '.join(cmp.columns) or 'nothing else (the stream has neither key nor value)'}"]
+        if plan.start is not None or plan.end is not None:
+            notes.append("the range cuts the backfill's alerts by their transaction's timestamp; the stream's "
+                         "alerts are compared whole")
+        if corrections is not None:
+            notes.append("--corrections: written for window aggregates only, not for alerts")
+        samples = _samples(result, attributed, cmp, None, None)
+        _attach_transactions(samples, ours, stream)
+        section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
+                          keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
+                          notes=notes)
+        section.expectations = _unique_suite(stream, op.name)
+        return section
+    finally:
+        compared.unpersist()
+
+
+def _attach_transactions(samples: list[dict[str, Any]], ours: DataFrame, stream: DataFrame) -> None:
+    """Each sampled alert's transaction and rule version as the backfill has them, and the stream's transaction
+    where it carries one: what a person looks at first."""
+    if not samples:
+        return
+    wanted = ours.sparkSession.createDataFrame([(s["rule_id"], s["transaction_id"]) for s in samples],
+                                               "rule_id long, transaction_id string")
+    mine = {(r["rule_id"], r["transaction_id"]): r for r in ours.join(wanted, list(alerts.KEYS)).select(
+        *alerts.KEYS, "transaction", "rule").collect()}
+    theirs = {}
+    if "transaction" in stream.columns:
+        theirs = {(r["rule_id"], r["transaction_id"]): r["transaction"] for r in stream.join(
+            wanted, list(alerts.KEYS)).select(*alerts.KEYS, "transaction").collect()}
+    for s in samples:
+        k = (s["rule_id"], s["transaction_id"])
+        s["l_transaction"] = mine[k]["transaction"] if k in mine else None
+        s["l_rule"] = mine[k]["rule"] if k in mine else None
+        s["r_transaction"] = theirs.get(k)
+
+
 def _unique_suite(stream: DataFrame, name: str) -> list[dict[str, Any]]:
     """(partition, offset) uniqueness of a streaming output, when it has them."""
     unique = ("partition", "offset")
@@ -518,8 +594,8 @@ def _verified_as(plan: Plan, name: str) -> str:
     spec = plan.job.spec.operator(name)
     cls = OPERATORS[spec.processor]
     if cls.verified_as is None:
-        raise SpecError(f"operators.{name}: verify reconciles window aggregates and stream-stream joins; this "
-                        f"operator is a {cls.noun}; compare its output with backfill diff")
+        raise SpecError(f"operators.{name}: verify reconciles window aggregates, stream-stream joins and rules "
+                        f"alerts; this operator is a {cls.noun}; compare its output with backfill diff")
     return cls.verified_as
 
 

@@ -1,5 +1,5 @@
 """`verify` reconciles what each operator kind says it can (`verified_as` in ops/registry.py's classes): window
-aggregates and stream-stream joins. Any other kind (a table aggregation, a stream-table join, a rules operator) is
+aggregates, stream-stream joins and rules alerts. Any other kind (a table aggregation, a stream-table join) is
 refused in one line that names the operator, its kind and what to use instead, before anything is read. A window
 aggregate of a chain (it reads another operator's rows) is reconciled; only what the outputs show is a cause."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ KINDS = {
 
 def test_every_registered_kind_says_how_it_is_verified() -> None:
     assert {kind: cls.verified_as for kind, cls in OPERATORS.items()} == {
-        "join": "join", "table_join": None, "rules": None, "tumbling": "windows", "hopping": "windows",
+        "join": "join", "table_join": None, "rules": "alerts", "tumbling": "windows", "hopping": "windows",
         "sliding": "windows", "session": "windows", "table": None}
 
 
@@ -48,7 +48,7 @@ def test_a_kind_verify_cannot_reconcile_is_refused_in_one_line(tmp_path: Path, n
     result = CliRunner().invoke(app, ["verify", str(job), "--against", f"op={tmp_path / 'in.jsonl'}"])
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     lines = result.stderr.strip().splitlines()
-    said = f"verify reconciles window aggregates and stream-stream joins; this operator is a {noun}"
+    said = f"verify reconciles window aggregates, stream-stream joins and rules alerts; this operator is a {noun}"
     assert len(lines) == 1 and f"operators.op: {said}" in lines[0] and "backfill diff" in lines[0], lines
 
 

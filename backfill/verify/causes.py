@@ -19,8 +19,8 @@ closed), and the stream's exact repeats. A cause is named only when the evidence
   or where the stream's output of the window's task evidently starts or ends (verify/bounds.py). A window the
   stream lacks is never put down to the data read, nor to a bound the stream evidently went past.
 - missing_input: the key's partition has an offset gap while the window was open (docs/semantics.md §8).
-- reprocessed_after_restart, state_lost_on_restore, reemitted: what a restart of an at-least-once
-  application did, in a task with evidence of a restart (verify/restarts.py).
+- reprocessed_after_restart, state_lost_on_restore, reemitted, stale_after_restart: what a restart of an
+  at-least-once application did, in a task with evidence of a restart (verify/restarts.py, docs/semantics.md §9).
 - session_merge_differs (session windows): a session of one side overlaps, within a gap, a different
   session of the same key on the other side: the records were merged differently (their processing order,
   or what the store still held, differed).
@@ -37,7 +37,9 @@ window recomputed over the records the backfill accepted for it gives the backfi
 drops added (or k records accepted behind stream time removed), the stream's; tie_order as for time windows;
 and, in a task with evidence of a restart, reprocessed_after_restart and state_lost_on_restore proved the same
 way as for time windows over the records inside the window's bounds (a window whose bounds both sides share),
-and reemitted for a window emitted again that closed after the restart point.
+reemitted for a window emitted again that closed after the restart point, and for a session only the stream has
+(suppress) state_lost_on_restore or stale_after_restart when the key's records within its bounds from the
+restart point on, or before it, reproduce it exactly (docs/semantics.md §9.5).
 """
 from __future__ import annotations
 
@@ -508,6 +510,15 @@ def attribute_by_bounds(result: DataFrame, cmp: Comparison, op: OperatorSpec, ev
         (late, "late_drop_differs", _late_detail()),
         (kind == restarts.DOUBLE, "reprocessed_after_restart", _double_detail()),
         (kind == restarts.SUFFIX, "state_lost_on_restore", _suffix_detail()),
+        (F.col("_lost"), "state_lost_on_restore", F.format_string(
+            "a session of the records from the restart point on alone (partition %d offset %d): they span exactly "
+            "its bounds and give the stream's values; the session they belonged to had expired in the store "
+            "restored after the restart, so they formed a new one", F.col("_task"), F.col("_restart_at"))),
+        (F.col("_stale"), "stale_after_restart", F.format_string(
+            "the session as it stood at the restart point (partition %d offset %d): its records read before it "
+            "span exactly its bounds and give the stream's values; suppress's buffer, restored as of the last "
+            "commit, still held it after the records that followed extended or merged it", F.col("_task"),
+            F.col("_restart_at"))),
         (only_order, "tie_order", _tie_detail()),
         (other & gap, "missing_input", F.concat(
             F.col("_gap"), F.lit(": the records lost there may have merged this key's sessions otherwise"))),
@@ -540,10 +551,12 @@ def _restarts_by_bounds(out: DataFrame, ev: Evidence, op: OperatorSpec, cmp: Com
     window the stream emitted again that closed (`closes`: stream time reached its close, §10.4, §11.5) at or
     after the restart point of its task."""
     none = out
-    for name, kind in {"restart_variant": "long", "restart_records": RECORDS, "restart_n": "long",
-                       "restart_from": "long", "restart_to": "long", "closed_at": "long", "_restart_at": "long"}.items():
+    proof = {"restart_variant": "long", "restart_records": RECORDS, "restart_n": "long", "restart_from": "long",
+             "restart_to": "long", "closed_at": "long", "_restart_at": "long"}
+    for name, kind in proof.items():
         none = none.withColumn(name, F.lit(None).cast(kind))
-    none = none.withColumn("_reemit", F.lit(False))
+    for flag in ("_reemit", "_stale", "_lost"):
+        none = none.withColumn(flag, F.lit(False))
     if not points or not ev.ledger_read:
         return none
     both = out.where(F.col("category") == MISMATCH).withColumn("window_end", end) \
@@ -551,8 +564,11 @@ def _restarts_by_bounds(out: DataFrame, ev: Evidence, op: OperatorSpec, cmp: Com
     # a window a late drop explains (records the stream accepted) is not searched: a restart never adds records
     both = both.where(~F.coalesce(F.col("variant") > 0, F.lit(False))).drop("records", "variant", "_ties")
     n = both.count()
-    dups = out.where(F.col("category") == cmp.label("duplicate"))
-    if not n and not dups.count():
+    assert op.aggregate is not None
+    suppress = op.aggregate.close_mechanism == "suppress"  # else emitted on close once stream time passed it
+    # what else a restart can explain: windows the stream has more often; sessions only the stream has (suppress)
+    others = [cmp.label("duplicate"), *([cmp.label("extra")] if session and suppress else [])]
+    if not n and not out.where(F.col("category").isin(*others)).count():
         return none
     found = out.select("key", "window_start").limit(0).withColumn("restart_variant", F.lit(None).cast("long"))
     shown = None
@@ -564,13 +580,48 @@ def _restarts_by_bounds(out: DataFrame, ev: Evidence, op: OperatorSpec, cmp: Com
             found = chosen.localCheckpoint()
         finally:
             mem.unpersist()
-    out = out.join(found, ["key", "window_start"], "left")
+    # a session is (key, start, end): only the mismatch searched takes the proof, not another session of its start
+    mismatch = F.lit(MISMATCH).alias("category")
+    out = out.join(found.select("*", mismatch), ["key", "window_start", "category"], "left")
     if shown is not None:
-        out = out.join(shown, ["key", "window_start"], "left")
+        out = out.join(shown.select("*", mismatch), ["key", "window_start", "category"], "left")
     else:
         for name, kind in {"restart_records": RECORDS, "restart_n": "long", "restart_from": "long",
                            "restart_to": "long"}.items():
             out = out.withColumn(name, F.lit(None).cast(kind))
-    assert op.aggregate is not None
-    strict = op.aggregate.close_mechanism != "suppress"  # emitted on close once stream time passed it
-    return _reemissions(out.localCheckpoint(), points, cmp, ev, closes, strict)
+    out = _reemissions(out.localCheckpoint(), points, cmp, ev, closes, not suppress)
+    if session and suppress:
+        return _stale_sessions(out, ev, cmp, aggs)
+    return out.withColumn("_stale", F.lit(False)).withColumn("_lost", F.lit(False))
+
+
+def _stale_sessions(out: DataFrame, ev: Evidence, cmp: Comparison, aggs: list[CompiledAggregation]) -> DataFrame:
+    """Sessions only the stream has, in a task with a known restart point, that are exactly what the restart made
+    of the key's accepted records within their bounds (docs/semantics.md §9.5): those records span exactly the
+    session's bounds and, recomputed, give the stream's values.
+
+    - `_stale`: the records read before the restart point: the session as it stood then. suppress's buffer was
+      restored as of the last commit; the tombstone that retired the session when a later record extended or
+      merged it was lost with the crash, so the buffer released it beside the session it had become.
+    - `_lost`: the records from the restart point on: the session the replayed records formed on their own, as
+      the restored store had expired the session they belonged to (§9.2; its stream time is the newest session
+      it holds, its retention gap + grace)."""
+    extra = out.where((F.col("category") == cmp.label("extra")) & F.col("_restart_at").isNotNull())
+    n = extra.count()
+    if not n:
+        return out.withColumn("_stale", F.lit(False)).withColumn("_lost", F.lit(False))
+    wanted = extra.withColumn("_in_stream", F.lit(True))
+    at = wanted.select("key", "window_start", "window_end", "_restart_at")
+    mem = (bounded_members(ev, wanted, n, session=True).join(at, ["key", "window_start", "window_end"])
+           .where(F.col("status") == "accepted")
+           .withColumn("_then", (F.col("offset") >= F.col("_restart_at")).cast("int")))  # 0: before, 1: from on
+    spans = mem.groupBy("key", "window_start", "window_end", "_then").agg(F.min("ts").alias("_lo"),
+                                                                            F.max("ts").alias("_hi"))
+    exact = spans.where((F.col("_lo") == F.col("window_start")) & (F.col("_hi") == F.col("window_end")))
+    found = (reproducing(mem, wanted, aggs, cmp, None, side="r", group=("_then",))
+             .join(exact.select("key", "window_start", "_then"), ["key", "window_start", "_then"], "left_semi")
+             .groupBy("key", "window_start").agg(F.min("_then").alias("_then")).localCheckpoint())
+    return (out.join(found.select("*", F.lit(cmp.label("extra")).alias("category")),
+                     ["key", "window_start", "category"], "left")
+            .withColumn("_stale", F.coalesce(F.col("_then") == 0, F.lit(False)))
+            .withColumn("_lost", F.coalesce(F.col("_then") == 1, F.lit(False))).drop("_then"))

@@ -239,13 +239,14 @@ def _incidents(s: Section) -> str:
         rows.append(f"<tr><td class=n>{t['task']}</td><td class=n>{where}</td><td>{_e(source)}</td>"
                     f"<td class=n>{through}</td><td>{_e(when)}</td><td class=n>{w['reprocessed_after_restart']:,}"
                     f"</td><td class=n>{w['reemitted']:,}</td><td class=n>{w['state_lost_on_restore']:,}</td>"
+                    f"<td class=n>{w.get('stale_after_restart', 0):,}</td>"
                     f"<td class=mono>{examples}</td></tr>")
     return ("<h3 id='incidents-" + _e(s.name) + "'>Incident: the application restarted</h3>"
             "<div>Where each task restarted, and what the restart did to its windows (each proved by "
             "recomputation; the records are shown with the samples below).</div><table class=incidents><tr>"
             "<th>task (input partition)</th><th>restart offset</th><th>from</th><th>reprocessed through offset</th>"
             "<th>event time at restart</th><th>inflated (applied twice)</th><th>re-emitted</th>"
-            f"<th>lost on restore</th><th>first examples</th></tr>{''.join(rows)}</table>")
+            f"<th>lost on restore</th><th>stale session</th><th>first examples</th></tr>{''.join(rows)}</table>")
 
 
 def _expectations(s: Section) -> str:

@@ -364,7 +364,7 @@ def _other_mechanism(spark: SparkSession, plan: Plan, op: OperatorSpec, stream: 
             .withColumn("detail", F.when(other, F.lit(detail)).otherwise(F.col("detail"))).drop("_alt_category"))
 
 
-CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore")
+CORRECTABLE = ("late_drop_differs", "reprocessed_after_restart", "state_lost_on_restore", "stale_after_restart")
 
 
 def write_corrections(spark: SparkSession, result: DataFrame, attributed: DataFrame | None, cmp: Comparison,

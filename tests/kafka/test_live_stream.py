@@ -40,10 +40,11 @@ class LiveApp:
     """One instance of the application: a JVM that prints RUNNING when it runs and closes cleanly on SIGTERM."""
 
     def __init__(self, bootstrap: str, app_id: str, source: str, sink: str, state: Path, log: Path,
-                 guarantee: str = "at_least_once", commit_ms: int = 1000, halt_after: int = 0) -> None:
+                 guarantee: str = "at_least_once", commit_ms: int = 1000, halt_after: int = 0,
+                 mode: str = "windows") -> None:
         self.log = log
         self.proc = subprocess.Popen(["java", "-cp", classpath(VERSION), "io.backfill.harness.Live", bootstrap, app_id, source,
-                                      sink, str(state), guarantee, str(commit_ms), str(halt_after)],
+                                      sink, str(state), guarantee, str(commit_ms), str(halt_after), mode],
                                      stdout=subprocess.PIPE, stderr=log.open("a"), text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.reader = threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in self.proc.stdout],

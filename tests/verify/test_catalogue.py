@@ -23,7 +23,8 @@ def test_every_cause_has_one_entry_a_meaning_a_colour_and_a_rank() -> None:
     for cause in CATALOGUE:
         assert cause.meaning and re.fullmatch(r"#[0-9a-f]{6}", cause.colour), cause.name
         assert cause.family in ("window", "restart", "join", "mechanism", "none"), cause.name
-    assert catalogue.RESTART_CAUSES == ("reprocessed_after_restart", "reemitted", "state_lost_on_restore")
+    assert catalogue.RESTART_CAUSES == ("reprocessed_after_restart", "reemitted", "state_lost_on_restore",
+                                        "stale_after_restart")
 
 
 def test_the_job_spec_lists_every_cause_in_the_catalogues_order() -> None:

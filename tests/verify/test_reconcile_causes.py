@@ -121,7 +121,7 @@ def test_each_defect_gets_its_category_and_cause(verified: tuple[Path, int, dict
                                 "duplicate_in_stream": 1}
     assert report["causes"] == {"late_drop_differs": 2, "range_boundary": 2, "tie_order": 0,
                                 "duplicate_delivery": 1, "missing_input": 1, "reprocessed_after_restart": 0,
-                                "reemitted": 0, "state_lost_on_restore": 0, "session_merge_differs": 0,
+                                "reemitted": 0, "state_lost_on_restore": 0, "stale_after_restart": 0, "session_merge_differs": 0,
                                 "expired_differs": 0, "partner_after_close": 0, "emit_throttle": 0,
                                 "processing_order": 0, "close_mechanism_differs": 0, "cache_coalesced": 0,
                                 "unexplained": 4}

@@ -99,7 +99,7 @@ def test_each_restart_effect_gets_its_cause(tmp_path: Path, job: Path, commits: 
     assert report["verdict"] == "explained"
     assert report["causes"] == {"late_drop_differs": 0, "range_boundary": 0, "tie_order": 0, "duplicate_delivery": 0,
                                 "missing_input": 0, "reprocessed_after_restart": 2, "reemitted": 1,
-                                "state_lost_on_restore": 1, "session_merge_differs": 0, "expired_differs": 0,
+                                "state_lost_on_restore": 1, "stale_after_restart": 0, "session_merge_differs": 0, "expired_differs": 0,
                                 "partner_after_close": 0, "emit_throttle": 0, "processing_order": 0, "close_mechanism_differs": 0,
                                 "cache_coalesced": 0, "unexplained": 0}
     by_key = {(s["key"], s["window_start"]): s for s in section["samples"]}
@@ -113,7 +113,8 @@ def test_each_restart_effect_gets_its_cause(tmp_path: Path, job: Path, commits: 
     assert again["closed_at"] == 4 and "keeps the last emission, which is right" in again["detail"]
     # without the committed offsets, the restart point is inferred: the earliest record applied twice
     [task] = section["restarts"]
-    assert task["windows"] == {"reprocessed_after_restart": 2, "reemitted": 1, "state_lost_on_restore": 1}
+    assert task["windows"] == {"reprocessed_after_restart": 2, "reemitted": 1, "state_lost_on_restore": 1,
+                               "stale_after_restart": 0}
     assert (task["task"], task["restart_offset"], task["reprocessed_through"]) == (0, 4, 7)
     assert task["examples"][0] == {"key": "a", "window_start": 10_000, "cause": "reprocessed_after_restart"}
     assert task["restart_offset_from"] == ("inferred" if commits == "none" else "--commits")

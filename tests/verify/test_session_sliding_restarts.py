@@ -159,3 +159,36 @@ def test_a_value_no_replay_reproduces_stays_unexplained_beside_a_proven_restart(
     causes = {(s["key"], s["window_start"]): s["cause"] for s in section["samples"] if s["category"] != "match"}
     assert causes[("a", m["window_start"])] == "unexplained"
     assert [c for k, c in causes.items() if k[0] == "z"] == ["reprocessed_after_restart"]
+
+
+# sessions only the stream has, each what the restart made of a's records (a1, a2, a3 at offsets 1, 2, 4):
+# before the restart point, a's session as it stood at the commit (the restored suppress buffer still held it);
+# from it on, the session a2 and a3 formed alone (the restored store had expired the one they belonged to)
+PLANTED = {"stale_after_restart": ("a", 12_000, 12_000, 1, "a1"),
+           "state_lost_on_restore": ("a", 13_000, 17_500, 2, "a2a3")}
+
+
+@pytest.mark.parametrize("cause", sorted(PLANTED))
+@pytest.mark.parametrize("evidence", [True, False])
+def test_a_session_only_the_stream_has_that_the_restart_made(job: Path, tmp_path: Path, cause: str,
+                                                               evidence: bool) -> None:
+    key, start, end, n, trail = PLANTED[cause]
+    rows = _ours(job, "sessions")
+    assert not any((r["key"], r["window_start"], r["window_end"]) == (key, start, end) for r in rows)
+    stream = [*rows, {**rows[0], "key": key, "window_start": start, "window_end": end, "n": n, "trail": trail,
+                      "ts": end}]
+    path = write_jsonl(tmp_path / "planted.jsonl", [{**r, "partition": 0, "offset": i} for i, r in enumerate(stream)])
+    code, section = _verify(job, "sessions", path, tmp_path, *(["--commits", _commits(tmp_path)] if evidence else []))
+    assert section["counts"]["extra_in_stream"] == 1 and section["counts"]["match"] == len(rows)
+    [planted] = [s for s in section["samples"] if s["category"] != "match"]
+    assert (planted["key"], planted["window_start"], planted["window_end"]) == (key, start, end)
+    if evidence:
+        assert (code, planted["cause"]) == (0, cause)
+        assert f"partition 0 offset {COMMITTED}" in planted["detail"]
+    else:  # no committed offsets and nothing emitted twice: no restart is claimed
+        assert (code, planted["cause"]) == (1, "unexplained")
+    # the same session with a value the split does not give is not put down to the restart
+    wrong = [*rows, {**stream[-1], "n": n + 1}]
+    path = write_jsonl(tmp_path / "wrong.jsonl", [{**r, "partition": 0, "offset": i} for i, r in enumerate(wrong)])
+    _, section = _verify(job, "sessions", path, tmp_path, "--commits", _commits(tmp_path))
+    assert [s["cause"] for s in section["samples"] if s["category"] != "match"] == ["unexplained"]

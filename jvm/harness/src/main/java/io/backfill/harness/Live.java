@@ -14,6 +14,7 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
@@ -31,8 +32,13 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
  * <p>Output: the key as {@link WindowedSerdes#timeWindowedSerdeFrom} writes it (the user id, then the window
  * start as 8 bytes), the value a JSON object {@code {"clicks": n, "amount": x, "pages": "..."}}.
  *
+ * <p>With the argument {@code sessions}, the demo job's {@code user_sessions} operator instead: sessions of
+ * each user's clicks (gap 30 s, grace 10 s) with the same three values (two sessions merged: counts and
+ * amounts added, the earlier session's pages first), released by {@code suppress(untilWindowCloses)}, the key
+ * as {@link WindowedSerdes#sessionWindowedSerdeFrom} writes it (the user id, then the end and the start).
+ *
  * <p>Arguments: bootstrap application-id input-topic output-topic state-dir
- * [at_least_once|exactly_once_v2] [commit-interval-ms] [halt-after-n-records]. Prints {@code RUNNING} once
+ * [at_least_once|exactly_once_v2] [commit-interval-ms] [halt-after-n-records] [windows|sessions]. Prints {@code RUNNING} once
  * the application is running; SIGTERM closes it cleanly (its offsets committed, its state checkpointed) and prints {@code CLOSED}.
  * With halt-after-n-records, the instance prints {@code AT partition offset} for each record it starts to
  * process, and halts the JVM (no shutdown hook, no commit, no close: a crash) when the n-th record arrives,
@@ -43,6 +49,7 @@ import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 public final class Live {
     private static final Duration SIZE = Duration.ofMinutes(1);
     private static final Duration GRACE = Duration.ofSeconds(10);
+    private static final Duration GAP = Duration.ofSeconds(30);
 
     private Live() {
     }
@@ -67,7 +74,9 @@ public final class Live {
         props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1000);
 
         long haltAfter = args.length > 7 ? Long.parseLong(args[7]) : 0;
-        runUntilClosed(new KafkaStreams(topology(args[2], args[3], haltAfter), props));
+        boolean sessions = args.length > 8 && args[8].equals("sessions");
+        runUntilClosed(new KafkaStreams(sessions ? sessionTopology(args[2], args[3], haltAfter)
+            : topology(args[2], args[3], haltAfter), props));
     }
 
     /**
@@ -110,6 +119,32 @@ public final class Live {
             .mapValues(Live::json)
             .to(output, Produced.with(WindowedSerdes.timeWindowedSerdeFrom(String.class, SIZE.toMillis()), text));
         return builder.build();
+    }
+
+    static org.apache.kafka.streams.Topology sessionTopology(String input, String output, long haltAfter) {
+        StreamsBuilder builder = new StreamsBuilder();
+        Serde<String> text = Serdes.String();
+        AtomicLong seen = new AtomicLong();
+        builder.stream(input, Consumed.with(text, text))
+            .processValues(() -> new Crash<>(haltAfter, seen))
+            .groupByKey()
+            .windowedBy(SessionWindows.ofInactivityGapAndGrace(GAP, GRACE))
+            .aggregate(() -> "0\t\t", (key, click, acc) -> add(acc, click), (key, a, b) -> merge(a, b),
+                Materialized.with(text, text))
+            .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+            .toStream()
+            .mapValues(v -> v == null ? null : json(v))
+            .to(output, Produced.with(WindowedSerdes.sessionWindowedSerdeFrom(String.class), text));
+        return builder.build();
+    }
+
+    /** Two sessions' aggregates merged: counts and amounts added, the earlier session's pages first. */
+    static String merge(String earlier, String later) {
+        String[] a = earlier.split("\t", -1);
+        String[] b = later.split("\t", -1);
+        String amount = a[1].isEmpty() ? b[1] : b[1].isEmpty() ? a[1]
+            : Double.toString(Double.parseDouble(a[1]) + Double.parseDouble(b[1]));
+        return (Long.parseLong(a[0]) + Long.parseLong(b[0])) + "\t" + amount + "\t" + a[2] + b[2];
     }
 
     /** Passes records on; with a halt point, says where each record came from and crashes at the n-th. */

@@ -95,7 +95,18 @@ def test_a_session_application_hard_killed_midway_reconciles(kafka_broker: Any, 
     # sessions the replayed records formed alone where the restored store had expired theirs, and the sessions as
     # they stood at the commit, which the buffer still held (their tombstones were lost with the crash)
     assert verdict["verdict"] == "explained" and checked.exit_code == 0, causes
-    assert set(causes) == {"reprocessed_after_restart", "reemitted", "state_lost_on_restore", "stale_after_restart"}
+    assert set(causes) <= {"reprocessed_after_restart", "reemitted", "state_lost_on_restore", "stale_after_restart"}
+    assert causes["reprocessed_after_restart"] > 0
+    # where event time advanced more than the session store's retention (gap + grace: 40 s) over the records
+    # replayed, the restored store had expired sessions they belonged to: sessions only the stream has
+    offsets: dict[int, int] = {}
+    ts_at: dict[tuple[int, int], int] = {}
+    for r in records:
+        ts_at[(r["partition"], offsets.setdefault(r["partition"], 0))] = r["timestamp"]
+        offsets[r["partition"]] += 1
+    span = {p: max(ts_at[(p, o)] for o in offs) - min(ts_at[(p, o)] for o in offs) for p, offs in twice.items() if offs}
+    if max(span.values()) > 40_000:
+        assert causes.get("state_lost_on_restore", 0) + causes.get("stale_after_restart", 0) > 0, span
     assert {t["task"]: (t["committed_offset"], t["restart_offset_from"]) for t in section["restarts"]} == {
         p: (o, "--commits") for p, o in commits.items()}
     for x in section["samples"]:
@@ -103,4 +114,4 @@ def test_a_session_application_hard_killed_midway_reconciles(kafka_broker: Any, 
             assert x["restart_from"] >= commits[x["task"]] and {r["status"] for r in x["records"]} == {"applied twice"}
             assert x["r_clicks"] - x["l_clicks"] == x["restart_n"]
         if x["cause"] in ("state_lost_on_restore", "stale_after_restart"):  # a session only the stream has
-            assert x["category"] == "extra_in_stream" and x["task"] == 1  # partition 1 replayed ~600 records
+            assert x["category"] == "extra_in_stream" and twice.get(x["task"])  # in a task that replayed records

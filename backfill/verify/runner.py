@@ -301,10 +301,13 @@ def verify_operator(spark: SparkSession, plan: Plan, target: Target, maps: dict[
             if windows is None:  # sliding and session windows: the records inside each window's bounds
                 attributed, found = causes_mod.attribute_by_bounds(result, cmp, op, ev, _written(plan, positions, ev),
                                                                    restart)
-                if mechanism.applies(op):
+                if mechanism.applies(op):  # attribute_by_bounds stored its rows; stored again once reattributed
                     progress(f"{op.name}: recomputing with the other final mechanism")
-                    attributed = _other_mechanism(spark, plan, op, stream, cmp, attributed)
-                attributed = attributed.persist(StorageLevel.MEMORY_AND_DISK)
+                    first = attributed
+                    attributed = _other_mechanism(spark, plan, op, stream, cmp, attributed).persist(
+                        StorageLevel.MEMORY_AND_DISK)
+                    attributed.count()
+                    first.unpersist()
             else:
                 rest = result if coalesced is None else result.where(F.col("_coalesced").isNull())
                 attributed, found = causes_mod.attribute(rest, cmp, op, ev, _written(plan, positions, ev), restart)

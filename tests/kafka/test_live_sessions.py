@@ -19,9 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from backfill.cli import app
-from backfill.io.kafka import produce
-from tests.kafka.test_live_stream import (HALT_AFTER, RESTART_BEFORE, ROOT, LiveApp, _committed, _end_offsets,
-                                          _shifted, _topics_and_clicks, _wait_committed)
+from tests.kafka.test_live_stream import ROOT, hard_killed_run
 
 pytestmark = [pytest.mark.live, pytest.mark.kafka, pytest.mark.spark, pytest.mark.jvm, pytest.mark.slow]
 
@@ -44,41 +42,10 @@ def _job(tmp: Path, clicks: Path, stream: Path) -> Path:
 
 
 def test_a_session_application_hard_killed_midway_reconciles(kafka_broker: Any, spark: Any, tmp_path: Path) -> None:
-    from backfill.io.archive import archive_topic
-
-    bootstrap = kafka_broker.bootstrap
-    source, sink, app_id, records = _topics_and_clicks(bootstrap)
-    records = _shifted(records, {0: 3 * 3_600_000, 1: 60_000})
-    state, log = tmp_path / "state", tmp_path / "app.log"
-    crashing = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 3_000, halt_after=HALT_AFTER,
-                       mode="sessions")
-    produce(bootstrap, source, records[:900])
-    _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
-    produce(bootstrap, source, records[900:RESTART_BEFORE])
-    assert crashing.proc.wait(timeout=120) == 137
-    crashing.reader.join(timeout=10)
-    said = list(crashing.lines.queue)
-    applied: dict[int, list[int]] = {}
-    for line in said:
-        if line.startswith("AT "):
-            p, o = map(int, line.split()[1:])
-            applied.setdefault(p, []).append(o)
-    commits = _committed(bootstrap, app_id, source, 2)
-    twice = {p: [o for o in offs if o >= commits.get(p, 0)] for p, offs in applied.items()}
-    assert sum(map(len, twice.values())) > 50, (commits, {p: max(o) for p, o in applied.items()})
-
-    live = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 1_000, mode="sessions")
-    produce(bootstrap, source, records[RESTART_BEFORE:])
-    _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
-    live.stop()
-
-    archive_topic(spark, bootstrap, source, str(tmp_path / "in"))
-    archive_topic(spark, bootstrap, sink, str(tmp_path / "out"))
+    records, _, commits, twice, commits_file = hard_killed_run(kafka_broker, spark, tmp_path, mode="sessions")
     job = _job(tmp_path, tmp_path / "in", tmp_path / "out")
     ran = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert ran.exit_code == 0, ran.stderr
-    commits_file = tmp_path / "commits.json"
-    commits_file.write_text(json.dumps([{"topic": source, "partition": p, "offset": o} for p, o in commits.items()]))
     checked = CliRunner().invoke(app, ["verify", str(job), "--json", "--report", str(tmp_path / "report"),
                                        "--commits", str(commits_file)])
     assert checked.exit_code in (0, 1), checked.stderr

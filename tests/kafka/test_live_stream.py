@@ -255,19 +255,21 @@ def _shifted(records: list[dict[str, Any]], age_ms: dict[int, int]) -> list[dict
 HALT_AFTER = 1_500  # the crashed instance halts on its 1,500th record, about 600 after its last commit
 
 
-def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker: Any, spark: Any,
-                                                                    tmp_path: Path) -> None:
-    """at_least_once (the default), the JVM halted (no close, no commit) some hundred records after its last
-    commit: on restart the window store is restored from its changelog, which already holds those records,
-    and they are processed again; verify names each effect and proves it by recomputation. Partition 1 (the
-    task that reprocesses most) holds clicks a minute behind the wall clock, partition 0 three hours."""
+def hard_killed_run(kafka_broker: Any, spark: Any, tmp_path: Path, mode: str = "windows") -> tuple[
+        list[dict[str, Any]], dict[int, list[int]], dict[int, int], dict[int, list[int]], Path]:
+    """The application (`mode`: its operator) halted some hundred records after its last commit, restarted, run
+    to the end; its input and output topics archived to tmp_path/in and tmp_path/out. Partition 1 (the task that
+    reprocesses most) holds clicks a minute behind the wall clock, partition 0 three hours. Returns the records,
+    the offsets the crashed instance applied per partition, its committed offsets, those it applied after its
+    commit (processed again after the restart), and the committed offsets as a --commits file."""
     from backfill.io.archive import archive_topic
 
     bootstrap = kafka_broker.bootstrap
     source, sink, app_id, records = _topics_and_clicks(bootstrap)
     records = _shifted(records, {0: 3 * 3_600_000, 1: 60_000})
     state, log = tmp_path / "state", tmp_path / "app.log"
-    crashing = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 3_000, halt_after=HALT_AFTER)
+    crashing = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 3_000, halt_after=HALT_AFTER,
+                       mode=mode)
     produce(bootstrap, source, records[:900])
     _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
     produce(bootstrap, source, records[900:RESTART_BEFORE])
@@ -286,18 +288,28 @@ def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker
     twice = {p: [o for o in offs if o >= commits.get(p, 0)] for p, offs in applied.items()}
     assert sum(map(len, twice.values())) > 50, (commits, {p: max(o) for p, o in applied.items()})
 
-    live = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 1_000)
+    live = LiveApp(bootstrap, app_id, source, sink, state, log, "at_least_once", 1_000, mode=mode)
     produce(bootstrap, source, records[RESTART_BEFORE:])
     _wait_committed(bootstrap, app_id, source, _end_offsets(bootstrap, source, 2))
     live.stop()
 
     archive_topic(spark, bootstrap, source, str(tmp_path / "in"))
     archive_topic(spark, bootstrap, sink, str(tmp_path / "out"))
+    commits_file = tmp_path / "commits.json"
+    commits_file.write_text(json.dumps([{"topic": source, "partition": p, "offset": o} for p, o in commits.items()]))
+    return records, applied, commits, twice, commits_file
+
+
+def test_an_at_least_once_application_hard_killed_midway_reconciles(kafka_broker: Any, spark: Any,
+                                                                    tmp_path: Path) -> None:
+    """at_least_once (the default), the JVM halted (no close, no commit) some hundred records after its last
+    commit: on restart the window store is restored from its changelog, which already holds those records,
+    and they are processed again; verify names each effect and proves it by recomputation. Partition 1 (the
+    task that reprocesses most) holds clicks a minute behind the wall clock, partition 0 three hours."""
+    records, applied, commits, twice, commits_file = hard_killed_run(kafka_broker, spark, tmp_path)
     job = _job(tmp_path, tmp_path / "in", tmp_path / "out")
     ran = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert ran.exit_code == 0, ran.stderr
-    commits_file = tmp_path / "commits.json"
-    commits_file.write_text(json.dumps([{"topic": source, "partition": p, "offset": o} for p, o in commits.items()]))
     checked = CliRunner().invoke(app, ["verify", str(job), "--json", "--report", str(tmp_path / "report"),
                                        "--commits", str(commits_file), "--corrections", str(tmp_path / "fix")])
     assert checked.exit_code in (0, 1), checked.stderr

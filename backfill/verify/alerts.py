@@ -28,10 +28,14 @@ MAP_HINT = ("map the stream's columns with --map (e.g. --map rule_id=ruleId --ma
             "--map value=triggeringValue), or give the transaction's id as transaction_id")
 
 
+def _text(transaction: Column, kind: T.DataType) -> Column:
+    """A transaction as JSON text, from JSON text or a struct."""
+    return F.to_json(transaction) if isinstance(kind, (T.StructType, T.MapType)) else transaction.cast("string")
+
+
 def _id_of(transaction: Column, kind: T.DataType) -> Column:
-    """The transaction's id: its `transactionId` field, from JSON text or a struct."""
-    text = F.to_json(transaction) if isinstance(kind, (T.StructType, T.MapType)) else transaction.cast("string")
-    return F.get_json_object(text, f"$.{ID_FIELD}")
+    """The transaction's id: its `transactionId` field."""
+    return F.get_json_object(_text(transaction, kind), f"$.{ID_FIELD}")
 
 
 def backfill_alerts(raw: DataFrame) -> DataFrame:
@@ -58,9 +62,8 @@ def stream_alerts(stream: DataFrame, where: str) -> DataFrame:
     cols = [F.col("rule_id").cast("long").alias("rule_id"), tid.alias("transaction_id")]
     cols += [F.col("key").cast("string").alias("key")] if "key" in stream.columns else []
     cols += [F.col("value").cast("double").alias("value")] if "value" in stream.columns else []
-    cols += [F.col("transaction").cast("string").alias("transaction")] if "transaction" in stream.columns and \
-        not isinstance(stream.schema["transaction"].dataType, (T.StructType, T.MapType)) else \
-        ([F.to_json("transaction").alias("transaction")] if "transaction" in stream.columns else [])
+    if "transaction" in stream.columns:
+        cols.append(_text(F.col("transaction"), stream.schema["transaction"].dataType).alias("transaction"))
     cols += [F.col(c) for c in ("partition", "offset") if c in stream.columns]
     out = stream.select(*cols)
     unknown = out.where(F.col("transaction_id").isNull()).limit(1).count()

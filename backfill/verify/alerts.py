@@ -6,9 +6,10 @@ evaluates a transaction once, so each side has at most one alert per identity; t
 duplicates. Compared: the grouping key (`key`) and the aggregate (`value`, as a number) where the stream has
 them.
 
-Causes come from evidence only: exact copies are `duplicate_delivery`; everything else is `unexplained` with what
-each side raised, the transaction and the rule version (the backfill's) in the sample, so a person sees the
-alert's contents on both sides.
+Causes come from evidence only: exact copies are `duplicate_delivery`; an alert only the stream raised, for a
+transaction the run ledgered (so no rule evaluated it), is `ledgered_input`, with the ledger row's reason and the
+record; everything else is `unexplained` with what each side raised, the transaction and the rule version (the
+backfill's) in the sample, so a person sees the alert's contents on both sides.
 """
 from __future__ import annotations
 
@@ -79,15 +80,49 @@ def comparison(stream: DataFrame) -> Comparison:
                       right="stream", left_order=("emit_seq",), right_order=order if len(order) == 2 else ())
 
 
-def attribute(result: DataFrame, cmp: Comparison) -> DataFrame:
-    """Non-matching alerts with `cause` and `detail`: exact copies, else unexplained with what differs."""
+def ledgered(ledger: DataFrame, transactions: DataFrame, operator: str) -> DataFrame:
+    """The transactions the run ledgered for the rules operator (docs/semantics.md §12.12): `transaction_id`, and
+    the ledger row's `_reason`, `_why` (its detail) and `_record` (the input record: partition, offset, ts).
+    `transactions`: the operator's input as read (io/sources.py `read_source`); a ledgered record whose value
+    has no transaction id (a null value) cannot be an alert's transaction and is left out."""
+    rows = ledger.where(F.col("operator") == operator).select(
+        "source", "partition", "offset", F.col("reason").alias("_reason"), F.col("detail").alias("_why"))
+    read = transactions.select("source", "partition", "offset", F.col("timestamp").alias("_ts"),
+                               _id_of(F.col("value"), transactions.schema["value"].dataType).alias("transaction_id"))
+    record = F.struct("partition", "offset", F.col("_ts").alias("ts"), F.lit(None).cast("long").alias("st"),
+                      F.concat(F.lit("ledgered: "), F.col("_reason")).alias("status"))
+    found = read.join(rows, ["source", "partition", "offset"]).where(F.col("transaction_id").isNotNull())
+    # the first ledger row of a transaction id (an id written twice is the stream's to tell apart, not ours)
+    return found.groupBy("transaction_id").agg(F.min_by(F.struct("_reason", "_why", record.alias("_record")),
+                                                        F.struct("partition", "offset")).alias("_l")) \
+        .select("transaction_id", "_l._reason", "_l._why", "_l._record")
+
+
+def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = None) -> DataFrame:
+    """Non-matching alerts with `cause`, `detail` and `records` (the evidence): exact copies; an alert only the
+    stream has whose transaction `ledger` (`ledgered`) holds; else unexplained with what differs."""
     missing, extra = cmp.label("missing"), cmp.label("extra")
+    nonmatch = result.where(F.col("category") != MATCH)
+    if ledger is not None:
+        nonmatch = nonmatch.join(F.broadcast(ledger), "transaction_id", "left")
+    else:
+        nonmatch = nonmatch.select("*", *[F.lit(None).cast(t).alias(c) for c, t in (
+            ("_reason", "string"), ("_why", "string"),
+            ("_record", "struct<partition:int,offset:long,ts:long,st:long,status:string>"))])
+    why = F.concat(F.lit("the backfill ledgered this transaction ("), F.col("_reason"),
+                   F.coalesce(F.concat(F.lit(": "), F.col("_why")), F.lit("")),
+                   F.lit(", partition "), F.col("_record.partition").cast("string"), F.lit(" offset "),
+                   F.col("_record.offset").cast("string"),
+                   F.lit("), so no rule evaluated it; the live job did: it read the transaction otherwise"))
     cause, detail = first_match([
         *repeats(cmp),
+        ((F.col("category") == extra) & F.col("_reason").isNotNull(), "ledgered_input", why),
         (F.col("category") == missing, "unexplained",
          "the backfill raised this alert and the stream did not: no evidence why"),
         (F.col("category") == extra, "unexplained",
          "the stream raised this alert and the backfill did not: no evidence why"),
         (None, "unexplained", F.concat(F.lit("the alerts differ in "), F.array_join("diff_columns", ", "),
                                        F.lit(": no evidence why")))])
-    return result.where(F.col("category") != MATCH).withColumn("cause", cause).withColumn("detail", detail)
+    shown = F.when(cause == "ledgered_input", F.array("_record"))
+    return nonmatch.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", shown) \
+        .drop("_reason", "_why", "_record")

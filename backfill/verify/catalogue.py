@@ -21,7 +21,7 @@ class Cause:
     """One cause verify can name for a differing window or join row."""
 
     name: str
-    family: str  # what shows it: "window" (any windowed output), "restart", "join", "mechanism", "none"
+    family: str  # what shows it: "window" (any windowed output), "restart", "join", "alerts", "mechanism", "none"
     severity: int  # the order a reader should look at causes in: 0 first
     colour: str  # in the report: explained causes muted, what nothing explains red
     meaning: str  # one sentence for the report's table of causes
@@ -30,50 +30,54 @@ class Cause:
 # in the order the result lists its counts; severity: what no evidence explains, then what corrupted the stream's
 # values, then what explains a difference without anything to repair
 CATALOGUE: tuple[Cause, ...] = (
-    Cause("late_drop_differs", "window", 5, "#5d7fa3",
+    Cause("late_drop_differs", "window", 6, "#5d7fa3",
           "the record set differs by records one side dropped as late and the other did not (stream time differed: "
           "restart, live edge); the records are shown"),
-    Cause("range_boundary", "window", 16, "#c8ccd2",
+    Cause("range_boundary", "window", 17, "#c8ccd2",
           "a window the stream has, incomplete in the data read (not closed by the end of the data, or starting "
           "before it), or a window straddling a bound of the streaming output the evidence shows (the declared "
           "range, or where the stream's output of its task starts or ends)"),
-    Cause("tie_order", "window", 14, "#8aa39b",
+    Cause("tie_order", "window", 15, "#8aa39b",
           "an order-sensitive aggregation over records with equal timestamps: their order is not knowable"),
-    Cause("duplicate_delivery", "window", 9, "#9fb3c8",
+    Cause("duplicate_delivery", "window", 10, "#9fb3c8",
           "the stream wrote the same result more than once (at-least-once delivery)"),
     Cause("missing_input", "window", 1, "#b9770e", "the archived input has an offset gap while the window was open"),
-    Cause("reprocessed_after_restart", "restart", 2, "#8e6c8a",
+    Cause("ledgered_input", "alerts", 2, "#a0522d",
+          "an alert only the stream raised, for a transaction the backfill ledgered and so never evaluated (its "
+          "ledger row's reason: a null value, an event time that is not epoch ms, no rule yet, a field that is not "
+          "a number): the live job read that transaction otherwise; the record is shown"),
+    Cause("reprocessed_after_restart", "restart", 3, "#8e6c8a",
           "after a restart, records processed between the last commit and the crash were applied a second time "
           "(the restored state already held them); the records are shown"),
-    Cause("reemitted", "restart", 8, "#c2b0c1",
+    Cause("reemitted", "restart", 9, "#c2b0c1",
           "a window emitted again after a restart (suppress's buffer restored as of the last commit); a compacted "
           "table keeps the last emission"),
-    Cause("state_lost_on_restore", "restart", 3, "#a17fa0",
+    Cause("state_lost_on_restore", "restart", 4, "#a17fa0",
           "after a restart, the window had expired in the restored store: the stream counted only its last "
           "records; the records are shown"),
-    Cause("stale_after_restart", "restart", 4, "#b391ae",
+    Cause("stale_after_restart", "restart", 5, "#b391ae",
           "a session the stream emitted after a restart as it stood at the last commit, beside the session it had "
           "become: the restored suppress buffer still held it (the crash lost the tombstone that retired it); the "
           "records before the restart point reproduce it, and a compacted table must delete it"),
-    Cause("session_merge_differs", "window", 10, "#7fa38f",
+    Cause("session_merge_differs", "window", 11, "#7fa38f",
           "the other side has a different session of the same key within a gap of this one: the records merged "
           "differently (processing order, or what the store still held)"),
-    Cause("expired_differs", "join", 6, "#6c8fb3",
+    Cause("expired_differs", "join", 7, "#6c8fb3",
           "a join row pairs two records, and the earlier was past its store's retention when the later arrived on "
           "one side only (the order decided it); the records are shown"),
-    Cause("partner_after_close", "join", 7, "#7d9bb8",
+    Cause("partner_after_close", "join", 8, "#7d9bb8",
           "a non-joined row: whether its window closed before its partner arrived depends on how the partitions "
           "interleaved; the records are shown"),
-    Cause("emit_throttle", "join", 13, "#b5c7b0",
+    Cause("emit_throttle", "join", 14, "#b5c7b0",
           "a non-joined row of the outer store, same values, written at another position: the stream emits them "
           "when its wall-clock throttle allows (1 s by default), the backfill at once"),
-    Cause("processing_order", "join", 12, "#a9b8a4",
+    Cause("processing_order", "join", 13, "#a9b8a4",
           "a join row, same values, written at another position: the task processed its records in another order "
           "(live edge, ties)"),
-    Cause("close_mechanism_differs", "mechanism", 11, "#9a8fb8",
+    Cause("close_mechanism_differs", "mechanism", 12, "#9a8fb8",
           "the stream has what the other final mechanism (suppress or emit-on-close) emits: the operator "
           "recomputed with it gives exactly the stream's rows; set `close` to it"),
-    Cause("cache_coalesced", "mechanism", 15, "#b8c9d9",
+    Cause("cache_coalesced", "mechanism", 16, "#b8c9d9",
           "the stream's updates of the window are a coalescing of the backfill's (each one of them, in order, the "
           "same last): what the record cache's flushes forward"),
     Cause("unexplained", "none", 0, "#c0392b", "no evidence explains it: a real logic difference"),

@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 
 from backfill.errors import SourceError, SpecError
 from backfill.io.runs import last_run
+from backfill.io.sources import read_source
 from backfill.ledger import LEDGER_SCHEMA
 from backfill.ranges import in_range
 from backfill.session import release
@@ -509,9 +510,9 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         cause_counts = {c: 0 for c in CAUSES}
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            attributed = alerts.attribute(result, cmp).withColumn("_task", F.lit(None).cast("int")) \
-                .withColumn("records", F.lit(None)).select("*", *[F.lit(None).cast("long").alias(c)
-                                                                  for c in PROOF_COLUMNS])
+            ledgered = _ledgered_transactions(spark, plan, op) if counts[cmp.label("extra")] else None
+            attributed = alerts.attribute(result, cmp, ledgered).withColumn("_task", F.lit(None).cast("int")) \
+                .select("*", *[F.lit(None).cast("long").alias(c) for c in PROOF_COLUMNS])
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
         notes = [f"an alert is identified by its rule and its transaction's {alerts.ID_FIELD!r}; compared: "
@@ -530,6 +531,18 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         return section
     finally:
         compared.unpersist()
+
+
+def _ledgered_transactions(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame | None:
+    """The transactions the run ledgered for a rules operator, by id (verify/alerts.py `ledgered`); None when
+    the job publishes no ledger."""
+    ledger = _ledger(spark, plan)
+    if ledger is None:
+        return None
+    assert op.rules is not None
+    source = op.rules.input
+    read = read_source(spark, plan.job, source, plan.source(source).rank)
+    return alerts.ledgered(ledger, read.records, op.name).localCheckpoint()
 
 
 def _attach_transactions(samples: list[dict[str, Any]], ours: DataFrame, stream: DataFrame) -> None:

@@ -5,6 +5,7 @@ changed alert is `unexplained`, with the transaction and the rule version in the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +90,32 @@ def test_alerts_without_a_rule_or_a_transaction_are_one_line(judged: tuple[Path,
         error = [line for line in result.stderr.strip().splitlines() if said in line]  # after the progress lines
         assert len(error) == 1 and "--map rule_id=ruleId" in error[0], result.stderr
         assert result.stderr.strip().splitlines()[-1] == error[0]
+
+
+def test_an_alert_on_a_transaction_the_run_ledgered_is_ledgered_input(
+        judged: tuple[Path, str, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """The same messages and one more transaction, whose event time is not epoch ms: the run ledgers it
+    (invalid_timestamp), so no rule evaluates it. An alert the stream raised on it is `ledgered_input`, with the
+    ledger's reason and the record; an alert on a transaction the input does not have stays `unexplained`."""
+    job, operator, rows = judged
+    folder = tmp_path / "job"
+    shutil.copytree(job.parent, folder, ignore=shutil.ignore_patterns("out"))
+    [inputs] = (folder / "inputs").glob(f"transactions{operator[1:]}.jsonl")
+    lines = [json.loads(line) for line in inputs.read_text().splitlines()]
+    last = lines[-1]
+    bad = {**last["value"], "transactionId": 990001, "eventTime": "soon"}
+    write_jsonl(inputs, [*lines, {**last, "offset": last["offset"] + 1, "seq": last["seq"] + 1, "value": bad}])
+    ran = CliRunner().invoke(app, ["run", str(folder / "job.yaml"), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    nowhere = {**bad, "transactionId": 990002, "eventTime": last["value"]["eventTime"]}
+    extra = [{**rows[0], "triggeringEvent": tx, "triggeringValue": 1.0} for tx in (bad, nowhere)]
+    code, report = _verify(folder / "job.yaml", operator, [*rows, *extra], tmp_path, *MAP)
+    [section] = report["sections"]
+    assert code == 1 and section["counts"]["extra_in_stream"] == 2 and section["counts"]["match"] == len(rows)
+    assert {c: n for c, n in section["causes"].items() if n} == {"ledgered_input": 1, "unexplained": 1}
+    by = {s["transaction_id"]: s for s in section["samples"] if s["category"] != "match"}
+    shown = by["990001"]
+    assert shown["cause"] == "ledgered_input" and "invalid_timestamp" in shown["detail"]
+    assert [(r["partition"], r["offset"], r["status"]) for r in shown["records"]] == [
+        (0, last["offset"] + 1, "ledgered: invalid_timestamp")]
+    assert by["990002"]["cause"] == "unexplained"

@@ -22,7 +22,7 @@ def test_every_cause_has_one_entry_a_meaning_a_colour_and_a_rank() -> None:
     assert SEVERITY[0] == "unexplained"  # what nothing explains comes first
     for cause in CATALOGUE:
         assert cause.meaning and re.fullmatch(r"#[0-9a-f]{6}", cause.colour), cause.name
-        assert cause.family in ("window", "restart", "join", "mechanism", "none"), cause.name
+        assert cause.family in ("window", "restart", "join", "alerts", "mechanism", "none"), cause.name
     assert catalogue.RESTART_CAUSES == ("reprocessed_after_restart", "reemitted", "state_lost_on_restore",
                                         "stale_after_restart")
 

@@ -438,6 +438,25 @@ def operator_windows(plan: Plan, spark: SparkSession, operator: str, spec: Any) 
     return result.output
 
 
+def operator_rerun(plan: Plan, spark: SparkSession,
+                   operator: str) -> tuple[DataFrame, Callable[[DataFrame], DataFrame]]:
+    """An operator's input as the run processes it (read, ordered and cut once, stored), and a function that
+    runs the operator over an adjusted copy of it and returns its output (for `verify`: what the operator gives
+    had the input arrived otherwise, e.g. a rule message on the other side of a transaction, docs/semantics.md
+    §12.12); nothing is published."""
+    op = next(o for o in plan.operators if o.name == operator)
+    summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
+    ordered = _ordered(plan, _read_all(plan, spark, summary), summary)
+    _record_stats(plan, ordered, summary)
+    processed = _cut_cooldown(plan, ordered).localCheckpoint()
+
+    def run(adjusted: DataFrame) -> DataFrame:
+        counts = copy.deepcopy(summary.operators[op.name])
+        return op.run(adjusted, adjusted.where(_ledger_candidates(plan)), counts).output
+
+    return processed, run
+
+
 # `value`, then `.field` or `.`quoted field``: Spark SQL names are case-insensitive
 VALUE_REF = re.compile(r"\bvalue\b(\s*\.\s*(?:`([^`]+)`|([A-Za-z_]\w*)))?", re.IGNORECASE)
 

@@ -8,10 +8,17 @@ them.
 
 Causes come from evidence only: exact copies are `duplicate_delivery`; an alert only the stream raised, for a
 transaction the run ledgered (so no rule evaluated it), is `ledgered_input`, with the ledger row's reason and the
-record; everything else is `unexplained` with what each side raised, the transaction and the rule version (the
+record; an alert the operator itself gives once a version of its rule arrives on the other side of the
+transaction (the operator rerun with that one message moved) is `rule_version_differs`, with the message and the
+transaction; everything else is `unexplained` with what each side raised, the transaction and the rule version (the
 backfill's) in the sample, so a person sees the alert's contents on both sides.
 """
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -20,9 +27,11 @@ from pyspark.sql import types as T
 from backfill.errors import SpecError
 from backfill.verify.catalogue import first_match
 from backfill.verify.causes import repeats
-from backfill.verify.reconcile import MATCH, Comparison
+from backfill.verify.reconcile import MATCH, Comparison, Tolerance
 
 ID_FIELD = "transactionId"
+MAX_RERUNS = 8  # operator reruns a verify spends on rule versions (each a run of the operator over its input)
+RECORD = "struct<partition:int,offset:long,ts:long,st:long,status:string>"
 KEYS = ("rule_id", "transaction_id")
 COMPARED = ("key", "value")  # compared where the stream has them
 MAP_HINT = ("map the stream's columns with --map (e.g. --map rule_id=ruleId --map transaction=triggeringEvent "
@@ -98,17 +107,164 @@ def ledgered(ledger: DataFrame, transactions: DataFrame, operator: str) -> DataF
         .select("transaction_id", "_l._reason", "_l._why", "_l._record")
 
 
-def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = None) -> DataFrame:
+@dataclass(frozen=True)
+class Moved:
+    """A rule message put on the other side of a differing alert's transaction."""
+
+    rule_id: int
+    transaction_id: str
+    partition: int  # the rule message's
+    offset: int
+    ts: int
+    side: str  # "after" (it arrived before the transaction in the run) or "before"
+    position: int  # its new place on the arrival axis
+    tx: tuple[int, int, int]  # the transaction's partition, offset, ts
+
+
+def _moves(processed: DataFrame, spec: Any, wanted: list[tuple[int, str]]) -> tuple[str, list[Moved]]:
+    """Per differing alert (rule, transaction), the nearest message of its rule on each side of the transaction
+    on the arrival axis (docs/semantics.md §12.3: the recorded `seq`, else the record timestamp; a rule message
+    comes before a transaction at the same place), each as a move to just across the transaction."""
+    axis = "_recorded_seq" if "_recorded_seq" in processed.columns else "ts"
+    live = processed.where(F.col("_drop").isNull())
+    messages: dict[int, list[tuple[int, int, int, int]]] = {}
+    for r in live.where(F.col("source") == spec.rules).select(axis, "partition", "offset", "ts", F.col("value").cast(
+            "string").alias("text")).collect():
+        try:
+            rule_id = json.loads(r["text"] or "null").get("ruleId")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(rule_id, int):
+            messages.setdefault(rule_id, []).append((r[axis], r["partition"], r["offset"], r["ts"]))
+    ids = sorted({t for _, t in wanted})
+    txs = {r["tid"]: r for r in live.where(F.col("source") == spec.input).select(
+        axis, "partition", "offset", "ts", _id_of(F.col("value"), processed.schema["value"].dataType).alias("tid"))
+        .where(F.col("tid").isin(ids)).collect()}
+    moves = []
+    for rule_id, tid in wanted:
+        tx = txs.get(tid)
+        if tx is None:
+            continue
+        here = (tx[axis], 1, tx["partition"], tx["offset"])
+        mine = sorted(messages.get(rule_id, []), key=lambda m: (m[0], 0, m[1], m[2]))
+        before = [m for m in mine if (m[0], 0, m[1], m[2]) < here]
+        after = [m for m in mine if (m[0], 0, m[1], m[2]) > here]
+        spot = (tx["partition"], tx["offset"], tx["ts"])
+        if before:  # the version in force came later in the live job: the one before it applied
+            m = before[-1]
+            moves.append(Moved(rule_id, tid, m[1], m[2], m[3], "after", tx[axis] + 1, spot))
+        if after:  # the next version came earlier
+            m = after[0]
+            moves.append(Moved(rule_id, tid, m[1], m[2], m[3], "before", tx[axis], spot))
+    return axis, _adjacent(live.where(F.col("source") == spec.input), axis, moves, messages)
+
+
+def _adjacent(transactions: DataFrame, axis: str, moves: list[Moved],
+              messages: dict[int, list[tuple[int, int, int, int]]]) -> list[Moved]:
+    """The moves whose message has no other transaction between it and the alert's transaction on the arrival
+    axis: the race the recording leaves open (the two sources' next messages). A message further away would
+    explain any alert (moving a rule's first message past a transaction removes every alert it raised)."""
+    if not moves:
+        return []
+    point = "struct<a0:bigint,a1:int,p:int,o:bigint>"
+    at = {(r, p, o): a0 for r, ms in messages.items() for a0, p, o, _ in ms}
+    bounds = []
+    for i, m in enumerate(moves):
+        msg = (at[(m.rule_id, m.partition, m.offset)], 0, m.partition, m.offset)
+        tx = (m.position if m.side == "before" else m.position - 1, 1, m.tx[0], m.tx[1])
+        lo, hi = (msg, tx) if m.side == "after" else (tx, msg)
+        bounds.append((i, lo, hi))
+    spark = transactions.sparkSession
+    spans = spark.createDataFrame(bounds, f"i int, lo {point}, hi {point}")
+    here = F.struct(F.col(axis).cast("bigint").alias("a0"), F.lit(1).alias("a1"),
+                    F.col("partition").cast("int").alias("p"), F.col("offset").cast("bigint").alias("o"))
+    between = {r["i"] for r in transactions.select(here.alias("x")).join(
+        F.broadcast(spans), (F.col("x") > F.col("lo")) & (F.col("x") < F.col("hi"))).select("i").distinct().collect()}
+    return [m for i, m in enumerate(moves) if i not in between]
+
+
+def _agrees(mine: dict[str, Any] | None, row: dict[str, Any], cmp: Comparison) -> bool:
+    """The operator's alert (None: none) is the stream's side of a differing row."""
+    if row["category"] == cmp.label("missing"):
+        return mine is None
+    if mine is None:
+        return False
+    for column in cmp.columns:
+        a, b = mine[column], row[f"r_{column}"]
+        if column == "value" and a is not None and b is not None:
+            tol = cmp.tolerances.get(column, Tolerance())
+            if abs(a - b) > tol.abs + tol.rel * abs(b):
+                return False
+        elif a != b:
+            return False
+    return True
+
+
+def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: DataFrame,
+                  rerun: Callable[[DataFrame], DataFrame], say: Callable[[str], None]) -> tuple[DataFrame, str | None]:
+    """`rule_version_differs` evidence (docs/semantics.md §12.12): per differing alert, the operator rerun with
+    the nearest message of its rule moved to the other side of its transaction (each side tried; at most
+    MAX_RERUNS reruns in all); where the rerun gives the stream's side exactly, (rule_id, transaction_id,
+    `_vdetail`, `_vrecords`). And a note when the reruns did not reach every differing alert."""
+    spark = result.sparkSession
+    duplicate = cmp.label("duplicate")
+    rows = [r.asDict() for r in result.where((F.col("category") != MATCH) & (F.col("category") != duplicate))
+            .orderBy(*KEYS).limit(200).collect()]
+    axis, moves = _moves(processed, spec, [(r["rule_id"], r["transaction_id"]) for r in rows])
+    by_key = {(r["rule_id"], r["transaction_id"]): r for r in rows}
+    found: list[tuple[Any, ...]] = []
+    explained: set[tuple[int, str]] = set()
+    tried: set[tuple[int, str, str]] = set()
+    movable = {(m.rule_id, m.transaction_id) for m in moves}
+    if moves:
+        say(f"trying the rule versions on either side of {len(movable)} differing alert(s) (at most "
+            f"{min(len(moves), MAX_RERUNS)} rerun(s) of the operator)")
+    for m in moves:
+        if (m.rule_id, m.transaction_id) in explained:
+            continue  # the other side needs no rerun
+        if len(tried) == MAX_RERUNS:
+            break
+        tried.add((m.rule_id, m.transaction_id, m.side))
+        is_it = (F.col("source") == spec.rules) & (F.col("partition") == m.partition) & (F.col("offset") == m.offset)
+        adjusted = processed.withColumn(axis, F.when(is_it, F.lit(m.position)).otherwise(F.col(axis)))
+        got = [r.asDict() for r in backfill_alerts(rerun(adjusted)).where(
+            (F.col("rule_id") == m.rule_id) & (F.col("transaction_id") == m.transaction_id)).collect()]
+        if not _agrees(got[0] if got else None, by_key[(m.rule_id, m.transaction_id)], cmp):
+            continue
+        detail = (f"with the message of rule {m.rule_id} at partition {m.partition} offset {m.offset} arriving "
+                  f"{m.side} this transaction (in the run it came {'before' if m.side == 'after' else 'after'}), "
+                  "the operator gives the stream's side exactly: the live job had the other version of the rule "
+                  "in force (which of two sources' messages comes first is the live job's arrival order)")
+        explained.add((m.rule_id, m.transaction_id))
+        found.append((m.rule_id, m.transaction_id, detail, [
+            (m.partition, m.offset, m.ts, None, f"rule message: moved {m.side} the transaction"),
+            (*m.tx, None, "transaction")]))
+    schema = f"rule_id long, transaction_id string, _vdetail string, _vrecords array<{RECORD}>"
+    note = None
+    left = movable - explained - {(r, t) for r, t, _ in tried}
+    if left:
+        note = (f"rule versions: {MAX_RERUNS} reruns of the operator tried the differing alerts in (rule_id, "
+                f"transaction_id) order; {len(left)} were not tried")
+    return spark.createDataFrame(found, schema), note
+
+
+def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = None,
+              versions: DataFrame | None = None) -> DataFrame:
     """Non-matching alerts with `cause`, `detail` and `records` (the evidence): exact copies; an alert only the
-    stream has whose transaction `ledger` (`ledgered`) holds; else unexplained with what differs."""
+    stream has whose transaction `ledger` (`ledgered`) holds; an alert the other rule version gives
+    (`versions`, `rule_versions`); else unexplained with what differs."""
     missing, extra = cmp.label("missing"), cmp.label("extra")
     nonmatch = result.where(F.col("category") != MATCH)
     if ledger is not None:
         nonmatch = nonmatch.join(F.broadcast(ledger), "transaction_id", "left")
     else:
         nonmatch = nonmatch.select("*", *[F.lit(None).cast(t).alias(c) for c, t in (
-            ("_reason", "string"), ("_why", "string"),
-            ("_record", "struct<partition:int,offset:long,ts:long,st:long,status:string>"))])
+            ("_reason", "string"), ("_why", "string"), ("_record", RECORD))])
+    if versions is not None:
+        nonmatch = nonmatch.join(F.broadcast(versions), list(KEYS), "left")
+    else:
+        nonmatch = nonmatch.select("*", F.lit(None).cast("string").alias("_vdetail"),
+                                   F.lit(None).cast(f"array<{RECORD}>").alias("_vrecords"))
     why = F.concat(F.lit("the backfill ledgered this transaction ("), F.col("_reason"),
                    F.coalesce(F.concat(F.lit(": "), F.col("_why")), F.lit("")),
                    F.lit(", partition "), F.col("_record.partition").cast("string"), F.lit(" offset "),
@@ -117,12 +273,14 @@ def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = Non
     cause, detail = first_match([
         *repeats(cmp),
         ((F.col("category") == extra) & F.col("_reason").isNotNull(), "ledgered_input", why),
+        (F.col("_vdetail").isNotNull(), "rule_version_differs", F.col("_vdetail")),
         (F.col("category") == missing, "unexplained",
          "the backfill raised this alert and the stream did not: no evidence why"),
         (F.col("category") == extra, "unexplained",
          "the stream raised this alert and the backfill did not: no evidence why"),
         (None, "unexplained", F.concat(F.lit("the alerts differ in "), F.array_join("diff_columns", ", "),
                                        F.lit(": no evidence why")))])
-    shown = F.when(cause == "ledgered_input", F.array("_record"))
+    shown = F.when(cause == "ledgered_input", F.array("_record")).when(cause == "rule_version_differs",
+                                                                       F.col("_vrecords"))
     return nonmatch.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", shown) \
-        .drop("_reason", "_why", "_record")
+        .drop("_reason", "_why", "_record", "_vdetail", "_vrecords")

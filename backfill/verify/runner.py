@@ -508,10 +508,21 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
     attributed = None
     try:
         cause_counts = {c: 0 for c in CAUSES}
+        notes_first: list[str] = []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
             ledgered = _ledgered_transactions(spark, plan, op) if counts[cmp.label("extra")] else None
-            attributed = alerts.attribute(result, cmp, ledgered).withColumn("_task", F.lit(None).cast("int")) \
+            versions = None
+            if sum(counts.values()) - counts[MATCH] - counts[cmp.label("duplicate")]:
+                from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
+
+                processed, rerun = operator_rerun(plan, spark, op.name)
+                versions, tried = alerts.rule_versions(result, cmp, op.rules, processed, rerun,
+                                                       lambda line: progress(f"{op.name}: {line}"))
+                if tried:
+                    notes_first.append(tried)
+            attributed = alerts.attribute(result, cmp, ledgered, versions) \
+                .withColumn("_task", F.lit(None).cast("int")) \
                 .select("*", *[F.lit(None).cast("long").alias(c) for c in PROOF_COLUMNS])
             for row in attributed.groupBy("cause").count().collect():
                 cause_counts[row["cause"]] = row["count"]
@@ -520,6 +531,7 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         if plan.start is not None or plan.end is not None:
             notes.append("the range cuts the backfill's alerts by their transaction's timestamp; the stream's "
                          "alerts are compared whole")
+        notes += notes_first
         if corrections is not None:
             notes.append("--corrections: written for window aggregates only, not for alerts")
         samples = _samples(result, attributed, cmp, None, None)

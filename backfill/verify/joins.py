@@ -24,7 +24,9 @@ is, with what the run did to them (task order, the stores' stream times):
   and due after the last such row of its task the stream wrote. The stream scans its outer store when a
   wall-clock throttle allows (1 s by default), the backfill at every trigger (docs/semantics.md §5.6).
 - processing_order: a joined row at another position: the task processed its records in another order
-  (live edge, max.task.idle.ms, the first offering: docs/semantics.md §2.4, §8). The values agree.
+  (live edge, max.task.idle.ms, the first offering: docs/semantics.md §2.4, §8). The values agree. Proved by
+  the records: a record of the row can come after every record of the row the stream wrote before it (not at
+  or before one of them in the same partition); where none can, the moved row is unexplained (§5.7).
 - range_boundary: a row the stream has whose window had not closed when the data read ends (the stream went
   on), or a row that straddles a bound of the stream's output the evidence shows (verify/bounds.py).
 - missing_input (co-partitioned joins): an input partition of the row's task skips offsets within a store
@@ -188,7 +190,8 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
             F.lit("the backfill emits this row and the stream does not; no evidence says why"))
         out = out.withColumn("detail", F.when(c("cause").isNull() & c("detail").isNull(), why_not)
                              .otherwise(c("detail"))).withColumn("cause", F.coalesce(c("cause"), F.lit("unexplained")))
-        out = out.unionByName(_positions(differ.where(~c("category").isin(missing, extra)), cmp),
+        placed = differ.where(~c("category").isin(missing, extra))
+        out = out.unionByName(_positions(placed, cmp, _orders(placed, rows, ev, cmp, held)),
                               allowMissingColumns=True).drop("k")
         return out.localCheckpoint(eager=True)
     finally:
@@ -196,24 +199,137 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
             release(frame)
 
 
-def _positions(rows: DataFrame, cmp: Comparison) -> DataFrame:
+def _positions(rows: DataFrame, cmp: Comparison, orders: DataFrame | None) -> DataFrame:
     """Copies and moved rows: duplicate_delivery, or by the row's emit phase emit_throttle for a non-joined row
     from the outer store (the only rows the throttle delays), processing_order for the others (a joined row, a
-    non-joined row emitted at once)."""
+    non-joined row emitted at once) unless `orders` (`_orders`) shows that no order of the task's records
+    writes it where the stream did: unexplained."""
     c = F.col
     throttled = F.pmod(c("emit_seq"), F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])
     joined_row = ~throttled
     copy = c("category") == cmp.label("duplicate")
+    if orders is None:
+        rows = rows.withColumn("_reachable", F.lit(None).cast("boolean")).withColumn(
+            "_order_detail", F.lit(None).cast("string")).withColumn("_order_inputs", F.lit(None).cast(INPUT_TYPE))
+    else:
+        rows = rows.join(orders, "_id", "left")
     cause, detail = first_match([
         (copy, "duplicate_delivery", F.concat(F.lit("copy "), c("_occ").cast("string"),
                                               F.lit(" of this row in the stream; the backfill emits it "),
                                               c("_nb").cast("string"), F.lit(" time(s)"))),
-        (joined_row, "processing_order", "a row written after a row of its key that the backfill emits later: the "
-                                         "task processed its records in another order; the values agree"),
+        (joined_row & ~F.coalesce(c("_reachable"), F.lit(True)), "unexplained", c("_order_detail")),
+        (joined_row, "processing_order", F.coalesce(c("_order_detail"), F.lit(
+            "a row written after a row of its key that the backfill emits later: the task processed its records in "
+            "another order; the values agree"))),
         (None, "emit_throttle", "a non-joined row written after a row of its key that the backfill emits later: the "
                                 "stream scans its outer store when its wall-clock throttle allows, the backfill at "
                                 "every trigger; the values agree")])
-    return rows.select("*", cause.alias("cause"), detail.alias("detail"), F.lit(None).cast(INPUT_TYPE).alias("inputs"))
+    inputs = F.when(joined_row & ~copy, c("_order_inputs")).cast(INPUT_TYPE)
+    return rows.select(*[c(n) for n in rows.columns if n not in ("_reachable", "_order_detail", "_order_inputs")],
+                       cause.alias("cause"), detail.alias("detail"), inputs.alias("inputs"))
+
+
+_QUEUED = "array<struct<topic:string,partition:int,offset:long,ts:long>>"
+
+
+def _record_sets(ev: JoinEvidence, keys: DataFrame) -> DataFrame:
+    """The input records that give each row of the keys: a joined row its pair, a non-joined row its record
+    (task, k, ts, v, `_recs`); a row several pairs give has several sets."""
+    c = F.col
+
+    def rec(prefix: str, ts: str) -> Column:
+        return F.struct(c(f"{prefix}topic").cast("string").alias("topic"),
+                        c(f"{prefix}partition").cast("int").alias("partition"),
+                        c(f"{prefix}offset").cast("long").alias("offset"), c(ts).cast("long").alias("ts"))
+
+    if "_origin" in ev.records.columns:  # a re-keyed side: the order that holds is its input partition's
+        ev = dataclasses.replace(ev, records=ev.records.select(
+            *[c(n) for n in ev.records.columns if n not in ("topic", "partition", "offset")],
+            *[F.coalesce(c(f"_origin.{n}"), c(n)).alias(n) for n in ("topic", "partition", "offset")]))
+    joined = join_evidence.pairs(ev, keys).select("task", "k", "ts", "v",
+                                                  F.array(rec("l_", "l_ts"), rec("r_", "r_ts")).alias("_recs"))
+    single = join_evidence.singles(ev, keys).select("task", "k", "ts", "v",  # its row's ts is the record's
+                                                    F.array(rec("_x_", "ts")).alias("_recs"))
+    return joined.unionByName(single).withColumn("_recs", c("_recs").cast(_QUEUED))
+
+
+def _orders(placed: DataFrame, rows: DataFrame, ev: JoinEvidence, cmp: Comparison,
+            held: list[DataFrame]) -> DataFrame | None:
+    """For each moved row that is not from the outer store: whether some order of its task's records emits it
+    after every row of its key the stream wrote before it and the backfill emits later (docs/semantics.md §5.7).
+
+    A row is emitted when the last of its records is processed (a joined row: the later of its pair; a
+    non-joined row emitted at once: its record). Records of one partition are processed in offset order, in
+    every order of the task (through a repartition topic too: one upstream task writes a partition's records
+    of one key in offset order, so a re-keyed record counts at its input partition); records of different
+    partitions in any. So the stream can have written row A after row B iff a record of A can come after every
+    record of B (one that does not lie at or before a record of B in the same partition), or one record emits
+    both and its store holds B's partner first (an earlier timestamp, or the same put first). `_reachable`:
+    false where, for some B written before A, no records of A and of B allow it (`_order_detail` names B); true
+    otherwise, with the records of both (`_order_inputs`); no row where every B is an outer-store row (emitted
+    by a wall-clock scan, not by a record)."""
+    c = F.col
+    outer_store = lambda seq: F.pmod(seq, F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])  # noqa: E731
+    moved = placed.where((c("category") == cmp.label(MOVED)) & ~outer_store(c("emit_seq"))).select(
+        "_id", "k", "ts", "v", "emit_seq", "task", "partition", "offset")
+    if moved.isEmpty():
+        return None
+    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull() & ~outer_store(c("emit_seq"))).select(
+        F.coalesce(c("key"), F.lit(NULL_KEY)).alias("k"), c("ts").alias("_bts"), c("v").alias("_bv"),
+        c("emit_seq").alias("_bseq"), c("partition").alias("_bp"), c("offset").alias("_bo"))
+    before = moved.join(written, "k").where(
+        (c("_bseq") > c("emit_seq")) & ((c("_bp") < c("partition")) | ((c("_bp") == c("partition"))
+                                                                       & (c("_bo") < c("offset")))))
+    sets = _record_sets(ev, moved.select("k").distinct()).localCheckpoint(eager=True)
+    held.append(sets)
+    mine = sets.select("task", "k", "ts", "v", c("_recs").alias("_a"))
+    theirs = sets.select("task", "k", c("ts").alias("_bts"), c("v").alias("_bv"), c("_recs").alias("_b"))
+    combos = before.join(mine, ["task", "k", "ts", "v"]).join(theirs, ["task", "k", "_bts", "_bv"])
+    def held_back(x: Column, y: Column) -> Column:  # x lies at or before y in the same partition
+        return (x["topic"] == y["topic"]) & (x["partition"] == y["partition"]) & (x["offset"] <= y["offset"])
+
+    def same(x: Column, y: Column) -> Column:
+        return (x["topic"] == y["topic"]) & (x["partition"] == y["partition"]) & (x["offset"] == y["offset"])
+
+    # a record of A that no record of B holds back: processed last, it emits A after B
+    after_all = F.exists("_a", lambda x: F.forall("_b", lambda y: ~held_back(x, y)))
+    # or one record emits both (their shared record, processed last): its store gives the partners in timestamp
+    # order, then in the order they were put
+    two = (F.size("_a") == 2) & (F.size("_b") == 2)
+
+    def in_store_order(i: int) -> Column:
+        a, b = c("_a")[i], c("_b")[i]
+        return same(c("_a")[1 - i], c("_b")[1 - i]) & ((b["ts"] < a["ts"]) | ((b["ts"] == a["ts"]) & ~held_back(a, b)))
+
+    combos = combos.withColumn("_last", after_all).withColumn(
+        "_ok", c("_last") | (two & (in_store_order(0) | in_store_order(1))))
+    first = Window.partitionBy("_id", "_bseq").orderBy(c("_ok").desc(), c("_last").desc(), "_a", "_b")
+    per_b = combos.withColumn("_n", F.row_number().over(first)).where(c("_n") == 1)
+    worst = Window.partitionBy("_id").orderBy(c("_ok").asc(), "_bseq")
+    chosen = per_b.withColumn("_n", F.row_number().over(worst)).where(c("_n") == 1)
+
+    def shown(col: str, status: str) -> Column:
+        return F.transform(col, lambda r: F.struct(r["partition"].alias("partition"), r["offset"].alias("offset"),
+                                                   r["ts"].alias("ts"), F.lit(status).alias("status"),
+                                                   F.lit(None).cast("string").alias("value")))
+
+    b_row = F.concat(F.lit("the row at ts "), c("_bts").cast("string"), F.lit(" with value "), c("_bv"))
+    detail = F.when(c("_last"), F.concat(
+        F.lit("written after "), b_row, F.lit(", which the backfill emits later: a record of this row can come "
+                                              "after every record of that one (they are in other partitions, or "
+                                              "later in the same), so another order of the task's records, as a "
+                                              "live application takes them, writes them so; the values agree"))
+    ).when(c("_ok"), F.concat(
+        F.lit("written after "), b_row, F.lit(", which the backfill emits later: processed after the others, the "
+                                              "record both rows share emits both at once, and its store gives the "
+                                              "other row's partner first (earlier timestamp); the values agree"))
+    ).otherwise(F.concat(
+        F.lit("written after "), b_row, F.lit(", which the backfill emits later, but no order of the task's records "
+                                              "gives that: each record of this row lies at or before a record of "
+                                              "that one in the same partition, so this row is always emitted first")))
+    return chosen.select("_id", c("_ok").alias("_reachable"), detail.alias("_order_detail"), F.concat(
+        shown("_a", "record of this row"), shown("_b", "record of the row written before")).cast(
+        INPUT_TYPE).alias("_order_inputs"))
 
 
 def _pair_causes(rows: DataFrame, pairs: DataFrame, ev: JoinEvidence, missing: str, extra: str,

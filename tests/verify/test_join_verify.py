@@ -209,3 +209,44 @@ def test_rows_near_an_offset_gap_of_the_input_are_missing_input(tmp_path, spark)
     samples = {(s["category"], s["l_value"] or s["r_value"]): s for s in report["sections"][0]["samples"]}
     assert samples[("extra_in_stream", "c4+C4")]["cause"] == "missing_input"
     assert "views partition 0 skips offsets 3-3" in samples[("missing_in_stream", "c4+null")]["detail"]
+
+
+# key m: m1, M1, m2, M2 (by head timestamp) give m1+M1, m2+M1, m1+M2, m2+M2 in that order; key n the same;
+# key u: U1, u1, u2 (u2 is earlier than u1, behind it in its partition) give u1+U1 at u1, then u2+U1 at u2
+MOVES_CLICKS = _topic("clicks", [("m", "m1", 5000), ("m", "m2", 5050), ("n", "n1", 6000), ("n", "n2", 6050),
+                                 ("u", "u1", 8100), ("u", "u2", 8050)])
+MOVES_VIEWS = _topic("views", [("m", "M1", 5020), ("m", "M2", 5060), ("n", "N1", 6020), ("n", "N2", 6060),
+                               ("u", "U1", 8080)])
+
+
+def test_a_moved_row_is_processing_order_only_where_an_order_of_its_records_writes_it_there(tmp_path, spark):
+    """A joined row is emitted when the later of its pair is processed; a partition's records keep their
+    offset order (docs/semantics.md §5.7). The stream wrote m1+M2 before m2+M1: the order m1, M1, M2, m2 does
+    that (m2 comes after both m1 and M2), processing_order, with the four records. It wrote n2+N1 before n1+N1:
+    no order does (n1 precedes n2 and N1 is shared, so n1+N1 is always emitted first), unexplained. It wrote
+    u2+U1 before u1+U1: no record of u1+U1 can come last (u1 precedes u2), but U1 processed after both emits
+    both, and its store gives u2 (8050) before u1 (8100): processing_order."""
+    got = run_job(tmp_path, JOB, {"clicks": MOVES_CLICKS, "views": MOVES_VIEWS})
+    assert got.code == 0, got.stderr
+    rows = [(r["key"], r["value"], r["ts"]) for r in sorted(got.outputs["lj"], key=lambda r: r["emit_seq"])]
+    assert [v for _, v, _ in rows] == ["m1+M1", "m2+M1", "m1+M2", "m2+M2", "n1+N1", "n2+N1", "n1+N2", "n2+N2",
+                                       "u1+U1", "u2+U1"]
+    stream = [rows[i] for i in (0, 2, 1, 3, 5, 4, 6, 7, 9, 8)]
+    write_jsonl(tmp_path / "stream.jsonl", [{"key": k, "value": v, "ts": ts, "partition": 0, "offset": i}
+                                            for i, (k, v, ts) in enumerate(stream)])
+    result = CliRunner().invoke(app, ["verify", str(tmp_path / "job.yaml"), "--against",
+                                      f"lj={tmp_path / 'stream.jsonl'}", "--report", str(tmp_path / "r")])
+    assert result.exit_code == 1, result.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert {c: n for c, n in report["causes"].items() if n} == {"processing_order": 2, "unexplained": 1}
+    samples = {s["l_value"] or s["r_value"]: s for s in report["sections"][0]["samples"]}
+    reachable, never = samples["m2+M1"], samples["n1+N1"]
+    assert (reachable["category"], reachable["cause"]) == ("moved_in_stream", "processing_order")
+    assert [(r["status"], r["ts"]) for r in reachable["inputs"]] == [
+        ("record of this row", 5050), ("record of this row", 5020),
+        ("record of the row written before", 5000), ("record of the row written before", 5060)]
+    assert (never["category"], never["cause"]) == ("moved_in_stream", "unexplained")
+    assert "value n2+N1" in never["detail"] and "always emitted first" in never["detail"]
+    shared = samples["u1+U1"]
+    assert (shared["category"], shared["cause"]) == ("moved_in_stream", "processing_order")
+    assert "value u2+U1" in shared["detail"] and "emits both at once" in shared["detail"]

@@ -35,7 +35,8 @@ from backfill.jobspec.models import OperatorSpec, RulesSpec
 from backfill.jobspec.rulemessages import Rule, RuleMessageError, parse_rule
 from backfill.ledger import ledger_rows
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
-from backfill.ops.rules_kernel import JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition
+from backfill.ops.rules_kernel import (JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition,
+                                       window_members)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -197,7 +198,25 @@ class RulesOperator(Operator):
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> OperatorResult:
+@dataclass
+class _Prepared:
+    """What the kernel replays: the rule timeline, the parsed transactions, one fork per (transaction, rule
+    version present), and how states are keyed and ordered."""
+
+    base: DataFrame
+    msgs: list[Any]
+    tl: RuleTimeline
+    tx: DataFrame
+    forks: DataFrame
+    versions: list[Version]
+    timeline: Timeline
+    arrival: bool
+    demo: bool
+    state_key: list[str]
+    order: list[str]
+
+
+def _prepare(op: RulesOperator, processed: DataFrame) -> _Prepared:
     spec = op.rule_set
     given = "_recorded_seq" in processed.columns
     base = processed.where(F.col("_drop").isNull())
@@ -211,9 +230,6 @@ def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> Ope
             "_null_value", "_fields", *(["_v"] if spec.compat == "demo" else [])]
     tx = _read_fields(tx, spec, tl).withColumn("_null_value", F.col("value").isNull()).select(*kept) \
         .persist(StorageLevel.MEMORY_AND_DISK)
-    ledger = _ledger(op, base, tx, tl)
-    # contributing from each record's own fate, apart from the ledger rows made of the others
-    counts.contributing = tx.where(F.col("_ok")).count() + len(msgs) - len(tl.invalid)
     timeline = Timeline()
     live = tx.where(F.col("_ok"))
     if spec.order == "arrival":
@@ -224,6 +240,44 @@ def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> Ope
     arrival, demo = spec.order == "arrival", spec.compat == "demo"
     state_key = ["key"] if demo else ["rule_id", "key"]
     order = ["a0", "a1", "a2", "a3", "rule_id"] if arrival else ["t", "a0", "a1", "a2", "a3", "rule_id"]
+    return _Prepared(base=base, msgs=msgs, tl=tl, tx=tx, forks=forks, versions=versions, timeline=timeline,
+                     arrival=arrival, demo=demo, state_key=state_key, order=order)
+
+
+def window_contents(op: RulesOperator, processed: DataFrame, wanted: list[tuple[int, int, int]]
+                    ) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
+    """For alerts (rule id, transaction partition, offset) of this operator over `processed` (its input as the
+    run processes it): the transactions in the rule's window when it fired, as (partition, offset, event
+    time), found by replaying each alert's state literally (rules_kernel.py `window_members`; docs/semantics.md
+    §12.13). An alert the operator does not give is absent."""
+    import pandas as pd
+
+    if not wanted:
+        return {}
+    p = _prepare(op, processed)
+    try:
+        spark = processed.sparkSession
+        asked = spark.createDataFrame(wanted, "rule_id int, partition int, offset long")
+        states = p.forks.join(F.broadcast(asked), ["rule_id", "partition", "offset"], "left_semi").select(
+            *p.state_key).distinct()
+        rows = (p.forks.join(F.broadcast(states), p.state_key, "left_semi")
+                .orderBy(*p.state_key, *p.order).toPandas())
+        found: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
+        for _, group in (rows.groupby(p.state_key, sort=False) if len(rows) else []):
+            found.update(window_members(pd.DataFrame(group), p.versions, p.timeline, p.arrival, p.demo))
+        return {w: found[w] for w in wanted if w in found}
+    finally:
+        p.tx.unpersist()
+
+
+def _run(op: RulesOperator, processed: DataFrame, counts: OperatorCounts) -> OperatorResult:
+    p = _prepare(op, processed)
+    spec, base, msgs, tl, tx, forks = op.rule_set, p.base, p.msgs, p.tl, p.tx, p.forks
+    versions, timeline, arrival, demo, state_key, order = (p.versions, p.timeline, p.arrival, p.demo, p.state_key,
+                                                           p.order)
+    ledger = _ledger(op, base, tx, tl)
+    # contributing from each record's own fate, apart from the ledger rows made of the others
+    counts.contributing = tx.where(F.col("_ok")).count() + len(msgs) - len(tl.invalid)
 
     def kernel(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         return run_partition(batches, versions, timeline, arrival, demo, state_key)

@@ -123,6 +123,8 @@ class _Replay:
         fields = sorted(c for c in pdf.columns if re.fullmatch(r"v\d+", c))
         self.vals = list(zip(*[pdf[c].tolist() for c in fields])) if fields else [()] * self.n
         self.key = pdf["key"].iloc[0] if self.n else ""
+        # with `explain`: per alert row (its fork index), the fork indices of the transactions it aggregated
+        self.members: dict[int, list[int]] | None = None
 
     # ------------------------------------------------------------------ shared
     def _row(self, i: int, value: Decimal | None, fail: str | None = None) -> tuple[Any, ...]:
@@ -195,6 +197,8 @@ class _Replay:
             lo = bisect.bisect_left(times, t - v.window_ms)
             hi = bisect.bisect_right(times, t)
             values = [x for ts in times[lo:hi] for _, j in entries[ts] if (x := self._value(j, v.field)) is not None]
+            if self.members is not None:
+                self.members[i] = [j for ts in times[lo:hi] for _, j in entries[ts]]
             fail = self._fail(i, v, values)
             if fail is not None:
                 return [self._row(i, None, fail)]
@@ -229,6 +233,24 @@ class _Replay:
             if reg_axis < c_axis < axis and c_wm > reg_wm and c_wm >= timer:
                 return self.timeline.widest_before(c_axis)
         return self.timeline.widest_before(axis)
+
+
+def window_members(pdf: pd.DataFrame, versions: list[Version], timeline: Timeline, arrival: bool,
+                   demo: bool) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
+    """One state's forks (as `run_partition` gets them, in processing order) replayed literally: per alert
+    (rule id, transaction partition, offset), the transactions its window held when it was evaluated, as
+    (partition, offset, event time), in event-time order (docs/semantics.md §12.13)."""
+    replay = _Replay(pdf.reset_index(drop=True), versions, timeline, arrival, demo)
+    replay.members = {}
+    found = {}
+    for row in replay.exact():
+        if row[-1] is not None:  # compat: demo, where the published job fails: no alert
+            continue
+        i = next(i for i in replay.members if (int(replay.part[i]), int(replay.off[i]), replay.versions[
+            replay.vidx[i]].rule_id, int(replay.vidx[i])) == (row[0], row[1], row[2], row[3]))
+        found[(row[2], row[0], row[1])] = [(int(replay.part[j]), int(replay.off[j]), int(replay.t[j]))
+                                           for j in replay.members[i]]
+    return found
 
 
 def fail_message(v: Version) -> str:

@@ -48,6 +48,11 @@ def _id_of(transaction: Column, kind: T.DataType) -> Column:
     return F.get_json_object(_text(transaction, kind), f"$.{ID_FIELD}")
 
 
+def transaction_id(transaction: Column, kind: T.DataType) -> Column:
+    """The transaction's id: its `transactionId` field (a value of type `kind`: JSON text or a struct)."""
+    return _id_of(transaction, kind)
+
+
 def backfill_alerts(raw: DataFrame) -> DataFrame:
     """The published alerts: KEYS, `key`, `value` (a number), `ts`, `emit_seq`, `transaction`, `rule`."""
     return raw.select(F.col("rule_id").cast("long").alias("rule_id"),

@@ -298,8 +298,30 @@ def _samples(s: Section) -> str:
         tags = f"data-cause='{_e(row.get('cause') or 'match')}' data-key='{_e(row.get(s.keys[0]))}'"
         out.append(f"<div class=sample {tags}><div><b>{_e(row['category'])}</b>{cause} &middot; {_e(key)}</div>{detail}"
                    f"{extra}<table><tr><th>column</th><th>{_e(left)}</th><th>{_e(right)}</th></tr>{cells}</table>"
-                   f"{_evidence(row)}{_inputs(row, _unit(s))}</div>")
+                   f"{_alert(row, left, right)}{_evidence(row)}{_inputs(row, _unit(s))}</div>")
     return "\n".join(out)
+
+
+def _alert(row: dict[str, Any], left: str, right: str) -> str:
+    """A rules alert's context: its transaction and the rule version in force on each side, and the
+    transactions the backfill's window held when the rule fired (docs/semantics.md §12.13)."""
+    if "l_transaction" not in row:
+        return ""
+    out = ["<table class=alert><tr><th></th><th>" + _e(left) + "</th><th>" + _e(right) + "</th></tr>",
+           f"<tr><td>transaction</td><td class=mono>{_e(row.get('l_transaction') or '')}</td>"
+           f"<td class=mono>{_e(row.get('r_transaction') or '')}</td></tr>",
+           f"<tr><td>rule version in force</td><td class=mono>{_e(row.get('l_rule') or '')}</td><td></td></tr>"
+           "</table>"]
+    window = row.get("l_window")
+    if window is not None:
+        body = "".join(f"<tr><td class=n>{w['partition']}</td><td class=n>{w['offset']}</td>"
+                       f"<td>{_e(_fmt(w['ts'], 'ts'))}</td><td class=mono>{_e(w.get('value') or '')}</td></tr>"
+                       for w in window)
+        out.append(f"<details class=window open><summary>the {_e(left)}'s window when the rule fired "
+                   f"({len(window)} transaction{'' if len(window) == 1 else 's'})</summary><table><tr>"
+                   f"<th>partition</th><th>offset</th><th>event time</th><th>transaction</th></tr>{body}</table>"
+                   "</details>")
+    return "".join(out)
 
 
 def _evidence(row: dict[str, Any]) -> str:

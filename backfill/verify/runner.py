@@ -506,6 +506,7 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
     compared, counts = reconcile(ours, stream, cmp)
     result = compared.drop("_lrows", "_maybe")
     attributed = None
+    input_read: DataFrame | None = None
     try:
         cause_counts = {c: 0 for c in CAUSES}
         notes_first: list[str] = []
@@ -517,6 +518,7 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
                 from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
 
                 processed, rerun = operator_rerun(plan, spark, op.name)
+                input_read = processed
                 versions, tried = alerts.rule_versions(result, cmp, op.rules, processed, rerun,
                                                        lambda line: progress(f"{op.name}: {line}"))
                 if tried:
@@ -536,6 +538,9 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
             notes.append("--corrections: written for window aggregates only, not for alerts")
         samples = _samples(result, attributed, cmp, None, None)
         _attach_transactions(samples, ours, stream)
+        if any(s.get("l_transaction") is not None for s in samples):
+            progress(f"{op.name}: the sampled alerts' windows")
+            _attach_windows(spark, plan, op, samples, input_read)
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           notes=notes)
@@ -555,6 +560,45 @@ def _ledgered_transactions(spark: SparkSession, plan: Plan, op: OperatorSpec) ->
     source = op.rules.input
     read = read_source(spark, plan.job, source, plan.source(source).rank)
     return alerts.ledgered(ledger, read.records, op.name).localCheckpoint()
+
+
+def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: list[dict[str, Any]],
+                    processed: DataFrame | None) -> None:
+    """Each sampled alert the backfill raised gets `l_window`: the transactions its rule's window held when it
+    fired (docs/semantics.md §12.13), from the operator's input as the run processes it (`processed`, read
+    again when None)."""
+    from backfill.ops.rules import window_contents
+    from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
+
+    assert op.rules is not None
+    if processed is None:
+        processed, _ = operator_rerun(plan, spark, op.name)
+    spec = op.rules
+    operator = next(o for o in plan.operators if o.name == op.name)
+    wanted = spark.createDataFrame([(s["rule_id"], s["transaction_id"]) for s in samples
+                                    if s.get("l_transaction") is not None], "rule_id long, transaction_id string")
+    txs = processed.where((F.col("source") == spec.input) & F.col("_drop").isNull())
+    kind = txs.schema["value"].dataType
+    places = [(r["rule_id"], r["transaction_id"], r["partition"], r["offset"]) for r in txs.select(
+        "partition", "offset", alerts.transaction_id(F.col("value"), kind).alias("transaction_id")).join(
+        F.broadcast(wanted), "transaction_id").collect()]
+    members = window_contents(operator, processed, [(int(r), int(p), int(o)) for r, _, p, o in places])
+    values = {(p, o): r for p, o, r in _transaction_texts(txs, {m for ms in members.values() for m in ms})}
+    for s in samples:
+        for rule_id, tid, part, off in places:
+            inside = members.get((int(rule_id), int(part), int(off)))
+            if (rule_id, tid) == (s["rule_id"], s["transaction_id"]) and inside is not None:
+                s["l_window"] = [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))}
+                                 for p, o, t in inside]
+
+
+def _transaction_texts(txs: DataFrame, places: set[tuple[int, int, int]]) -> list[tuple[int, int, str]]:
+    """The transactions at these (partition, offset, ...) places, as text."""
+    if not places:
+        return []
+    wanted = txs.sparkSession.createDataFrame([(p, o) for p, o, _ in places], "partition int, offset long")
+    return [(r["partition"], r["offset"], r["text"]) for r in txs.join(F.broadcast(wanted), ["partition", "offset"])
+            .select("partition", "offset", F.col("value").cast("string").alias("text")).collect()]
 
 
 def _attach_transactions(samples: list[dict[str, Any]], ours: DataFrame, stream: DataFrame) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.conformance import flink
+from backfill.jobspec.rulemessages import COUNT_FIELDS
 from tests.conftest import write_jsonl
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -25,14 +27,20 @@ MAP = ["--map", "rule_id=ruleId", "--map", "transaction=triggeringEvent", "--map
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict[str, Any]]]:
-    """(job, operator, Flink's alerts as the live job writes them: Alert JSON with the triggering event)."""
+def flinks() -> tuple[list[Any], dict[Any, Any]]:
+    """The judge's scenarios (seed 8) and the alerts Flink raised on each."""
     scenarios = [sc for sc in flink.generate(40, 8) if sc.compat == "intended"]
-    alerts = flink.judge(scenarios)
-    sc = next(sc for sc in scenarios if len(alerts[sc.id]) >= 4
-              and len({json.dumps(b, sort_keys=True) for k, b in sc.events if k == "transactions"})
-              == sum(k == "transactions" for k, _ in sc.events))  # every transaction id once
-    tmp = tmp_path_factory.mktemp("alerts")
+    return scenarios, flink.judge(scenarios)
+
+
+def _once(sc: Any) -> bool:
+    """Every transaction id of the scenario once."""
+    return len({json.dumps(b, sort_keys=True) for k, b in sc.events if k == "transactions"}) == sum(
+        k == "transactions" for k, _ in sc.events)
+
+
+def _ran(tmp: Path, sc: Any, alerts: dict[Any, Any]) -> tuple[Path, str, list[dict[str, Any]]]:
+    """(job, operator, Flink's alerts as the live job writes them: Alert JSON with the triggering event)."""
     job = flink.write_job(tmp, [sc])
     ran = CliRunner().invoke(app, ["run", str(job), "--json"])
     assert ran.exit_code == 0, ran.stderr
@@ -40,6 +48,14 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[di
     rows = [{"ruleId": rule_id, "key": key, "triggeringEvent": txs[int(place.split("@")[1])],
              "triggeringValue": float(value)} for rule_id, key, place, value in alerts[sc.id]]
     return job, f"s{sc.id}", rows
+
+
+@pytest.fixture(scope="module")
+def judged(flinks: tuple[list[Any], dict[Any, Any]], tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Path, str, list[dict[str, Any]]]:
+    scenarios, alerts = flinks
+    sc = next(sc for sc in scenarios if len(alerts[sc.id]) >= 4 and _once(sc))
+    return _ran(tmp_path_factory.mktemp("alerts"), sc, alerts)
 
 
 def _verify(job: Path, operator: str, rows: list[dict[str, Any]], tmp: Path, *args: str) -> tuple[int, Any]:
@@ -92,9 +108,59 @@ def test_a_copy_is_a_duplicate_a_lost_or_changed_alert_is_unexplained(
     assert gone["category"] == "missing_in_stream" and "the stream did not" in gone["detail"]
     assert json.loads(gone["l_transaction"])["transactionId"] == lost["triggeringEvent"]["transactionId"]
     assert gone["l_rule"] and gone["r_transaction"] is None
+    _window_gives_flinks_value(gone, lost)
     other = by[(changed["ruleId"], str(changed["triggeringEvent"]["transactionId"]))]
     assert other["category"] == "mismatch" and other["diff_columns"] == ["value"]
     assert other["r_value"] == other["l_value"] + 1 and other["r_transaction"]
+    _window_gives_flinks_value(other, changed)
+    page = (tmp_path / "report" / "index.html").read_text()
+    shown = [x for x in section["samples"] if x.get("l_window")]
+    assert len(shown) >= 2 and page.count("class=window") == len(shown) and "rule version in force" in page
+
+
+def test_each_alerts_window_aggregates_to_flinks_value(flinks: tuple[list[Any], dict[Any, Any]],
+                                                       tmp_path: Path) -> None:
+    """Flink's own alerts of the scenario with the most alerts of rules with a window: every sampled alert
+    shows the transactions its window held, and they aggregate by its rule to Flink's value."""
+    scenarios, alerts = flinks
+
+    def windowed(sc: Any) -> int:
+        minutes = {}
+        for kind, body in sc.events:
+            try:
+                msg = json.loads(body) if kind == "rules" else None
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("ruleId") is not None:
+                minutes[msg["ruleId"]] = msg.get("windowMinutes") or 0
+        return sum(bool(minutes.get(rule_id)) for rule_id, *_ in alerts[sc.id])
+
+    sc = max((sc for sc in scenarios if _once(sc)), key=windowed)
+    job, operator, rows = _ran(tmp_path / "job", sc, alerts)
+    code, report = _verify(job, operator, rows, tmp_path, *MAP)
+    [section] = report["sections"]
+    assert (code, report["verdict"]) == (0, "match")
+    by = {(r["ruleId"], str(r["triggeringEvent"]["transactionId"])): r for r in rows}
+    shown = [s for s in section["samples"] if s.get("l_window") is not None]
+    assert shown and len(shown) == len(section["samples"])
+    assert max(len(s["l_window"]) for s in shown) >= 2
+    for sample in shown:
+        _window_gives_flinks_value(sample, by[(sample["rule_id"], sample["transaction_id"])])
+
+
+def _window_gives_flinks_value(sample: dict[str, Any], flinks: dict[str, Any]) -> None:
+    """The transactions the sample shows in the backfill's window (docs/semantics.md §12.13) share the alert's
+    grouping key, end with its transaction, and aggregate by its rule to the value Flink raised the alert with."""
+    rule, window = json.loads(sample["l_rule"]), sample["l_window"]
+    tx = flinks["triggeringEvent"]
+    assert window and all(json.loads(w["value"])[k] == tx[k] for w in window for k in rule["groupingKeyNames"])
+    assert tx["transactionId"] in {json.loads(w["value"])["transactionId"] for w in window}
+    assert max(w["ts"] for w in window) == tx["eventTime"]
+    field = rule["aggregateFieldName"]
+    xs = [Decimal(1) if field in COUNT_FIELDS else Decimal(str(json.loads(w["value"])[field])) for w in window]
+    agg = rule["aggregatorFunctionType"]
+    value = sum(xs) if agg == "SUM" else min(xs) if agg == "MIN" else max(xs) if agg == "MAX" else sum(xs) / len(xs)
+    assert float(value) == pytest.approx(flinks["triggeringValue"]), (rule, window)
 
 
 def test_alerts_without_a_rule_or_a_transaction_are_one_line(judged: tuple[Path, str, list[dict[str, Any]]],

@@ -206,11 +206,16 @@ def _agrees(mine: dict[str, Any] | None, row: dict[str, Any], cmp: Comparison) -
 
 
 def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: DataFrame,
-                  rerun: Callable[[DataFrame], DataFrame], say: Callable[[str], None]) -> tuple[DataFrame, str | None]:
+                  rerun: Callable[[DataFrame], DataFrame], say: Callable[[str], None],
+                  contents: Callable[[DataFrame, int, int, int], list[Any] | None] | None = None,
+                  windows: dict[tuple[int, str], tuple[list[Any], str]] | None = None
+                  ) -> tuple[DataFrame, str | None]:
     """`rule_version_differs` evidence (docs/semantics.md §12.12): per differing alert, the operator rerun with
     the nearest message of its rule moved to the other side of its transaction (each side tried; at most
     MAX_RERUNS reruns in all); where the rerun gives the stream's side exactly, (rule_id, transaction_id,
-    `_vdetail`, `_vrecords`). And a note when the reruns did not reach every differing alert."""
+    `_vdetail`, `_vrecords`). And a note when the reruns did not reach every differing alert. With `contents`
+    (the adjusted input, rule id, transaction partition, offset -> the window, §12.13), `windows` gets the
+    window of each alert the rerun gives, by (rule_id, transaction_id): the stream's side as reproduced."""
     spark = result.sparkSession
     duplicate = cmp.label("duplicate")
     rows = [r.asDict() for r in result.where((F.col("category") != MATCH) & (F.col("category") != duplicate))
@@ -241,6 +246,10 @@ def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: Data
                   "the operator gives the stream's side exactly: the live job had the other version of the rule "
                   "in force (which of two sources' messages comes first is the live job's arrival order)")
         explained.add((m.rule_id, m.transaction_id))
+        if got and contents is not None and windows is not None:
+            window = contents(adjusted, m.rule_id, m.tx[0], m.tx[1])
+            if window is not None:
+                windows[(m.rule_id, m.transaction_id)] = (window, got[0]["rule"])
         found.append((m.rule_id, m.transaction_id, detail, [
             (m.partition, m.offset, m.ts, None, f"rule message: moved {m.side} the transaction"),
             (*m.tx, None, "transaction")]))

@@ -310,17 +310,20 @@ def _alert(row: dict[str, Any], left: str, right: str) -> str:
     out = ["<table class=alert><tr><th></th><th>" + _e(left) + "</th><th>" + _e(right) + "</th></tr>",
            f"<tr><td>transaction</td><td class=mono>{_e(row.get('l_transaction') or '')}</td>"
            f"<td class=mono>{_e(row.get('r_transaction') or '')}</td></tr>",
-           f"<tr><td>rule version in force</td><td class=mono>{_e(row.get('l_rule') or '')}</td><td></td></tr>"
+           f"<tr><td>rule version in force</td><td class=mono>{_e(row.get('l_rule') or '')}</td>"
+           f"<td class=mono>{_e(row.get('r_rule') or '')}</td></tr>"
            "</table>"]
-    window = row.get("l_window")
-    if window is not None:
+    for side, title in (("l_window", f"the {left}'s window when the rule fired"),
+                        ("r_window", f"the {right}'s window, as the rerun that gives its alert has it")):
+        window = row.get(side)
+        if window is None:
+            continue
         body = "".join(f"<tr><td class=n>{w['partition']}</td><td class=n>{w['offset']}</td>"
                        f"<td>{_e(_fmt(w['ts'], 'ts'))}</td><td class=mono>{_e(w.get('value') or '')}</td></tr>"
                        for w in window)
-        out.append(f"<details class=window open><summary>the {_e(left)}'s window when the rule fired "
-                   f"({len(window)} transaction{'' if len(window) == 1 else 's'})</summary><table><tr>"
-                   f"<th>partition</th><th>offset</th><th>event time</th><th>transaction</th></tr>{body}</table>"
-                   "</details>")
+        out.append(f"<details class=window open><summary>{_e(title)} ({len(window)} transaction"
+                   f"{'' if len(window) == 1 else 's'})</summary><table><tr><th>partition</th><th>offset</th>"
+                   f"<th>event time</th><th>transaction</th></tr>{body}</table></details>")
     return "".join(out)
 
 

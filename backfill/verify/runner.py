@@ -507,6 +507,7 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
     result = compared.drop("_lrows", "_maybe")
     attributed = None
     input_read: DataFrame | None = None
+    stream_windows: dict[tuple[int, str], tuple[list[Any], str]] = {}
     try:
         cause_counts = {c: 0 for c in CAUSES}
         notes_first: list[str] = []
@@ -520,7 +521,8 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
                 processed, rerun = operator_rerun(plan, spark, op.name)
                 input_read = processed
                 versions, tried = alerts.rule_versions(result, cmp, op.rules, processed, rerun,
-                                                       lambda line: progress(f"{op.name}: {line}"))
+                                                       lambda line: progress(f"{op.name}: {line}"),
+                                                       _window_of(spark, plan, op), stream_windows)
                 if tried:
                     notes_first.append(tried)
             attributed = alerts.attribute(result, cmp, ledgered, versions) \
@@ -541,6 +543,9 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         if any(s.get("l_transaction") is not None for s in samples):
             progress(f"{op.name}: the sampled alerts' windows")
             _attach_windows(spark, plan, op, samples, input_read)
+        for s in samples:  # the stream's alert as the rerun that gives it reproduces it (rule_version_differs)
+            if (s["rule_id"], s["transaction_id"]) in stream_windows:
+                s["r_window"], s["r_rule"] = stream_windows[(s["rule_id"], s["transaction_id"])]
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           notes=notes)
@@ -590,6 +595,26 @@ def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: 
             if (rule_id, tid) == (s["rule_id"], s["transaction_id"]) and inside is not None:
                 s["l_window"] = [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))}
                                  for p, o, t in inside]
+
+
+def _window_of(spark: SparkSession, plan: Plan, op: OperatorSpec
+               ) -> Callable[[DataFrame, int, int, int], list[dict[str, Any]] | None]:
+    """The window of one alert (rule id, transaction partition, offset) over an adjusted input (§12.13)."""
+    from backfill.ops.rules import window_contents
+
+    operator = next(o for o in plan.operators if o.name == op.name)
+    assert op.rules is not None
+    spec = op.rules
+
+    def window(processed: DataFrame, rule_id: int, partition: int, offset: int) -> list[dict[str, Any]] | None:
+        inside = window_contents(operator, processed, [(int(rule_id), int(partition), int(offset))]).get(
+            (int(rule_id), int(partition), int(offset)))
+        if inside is None:
+            return None
+        txs = processed.where((F.col("source") == spec.input) & F.col("_drop").isNull())
+        values = {(p, o): t for p, o, t in _transaction_texts(txs, set(inside))}
+        return [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))} for p, o, t in inside]
+    return window
 
 
 def _transaction_texts(txs: DataFrame, places: set[tuple[int, int, int]]) -> list[tuple[int, int, str]]:

@@ -274,6 +274,15 @@ def test_an_alert_of_the_other_rule_version_is_rule_version_differs(
         message, transaction = s["records"]
         assert message["status"] == f"rule message: moved {side} the transaction"
         assert transaction["status"] == "transaction"
+    # where the stream has the alert, the rerun that gives it shows its window: by the other rule version, it
+    # aggregates to Flink's value of the raced order
+    by_row = {(r["ruleId"], str(r["triggeringEvent"]["transactionId"])): r for r in rows}
+    theirs = [s for s in section["samples"] if s["category"] != "match" and s["r_value"] is not None]
+    assert theirs
+    for s in theirs:
+        assert s["r_rule"] != s.get("l_rule")
+        _window_gives_flinks_value({"l_rule": s["r_rule"], "l_window": s["r_window"]},
+                                   by_row[(s["rule_id"], s["transaction_id"])])
     # a value neither version gives
     extra = next(s for s in section["samples"] if s["category"] != "match" and s["r_value"] is not None)
     wrong = [{**r, "triggeringValue": r["triggeringValue"] + 1000}

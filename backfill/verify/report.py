@@ -39,6 +39,7 @@ details{margin:6px 0}summary{cursor:pointer}.sample{border-left:3px solid #d8dde
 .chip{font:inherit;font-size:12px;margin:0 6px 6px 0;padding:2px 8px;border:2px solid;border-radius:12px;
 background:#fff;cursor:pointer;color:inherit;text-decoration:none;display:inline-block}
 .chip.on{background:#1f2733;color:#fff}.chip.on .muted{color:#d8dde6}#first-look{margin:0 0 8px}
+.alert td.mono,.window td.mono{word-break:break-all;max-width:36em}
 """
 
 
@@ -218,8 +219,11 @@ def _section(outcome: Outcome, s: Section) -> str:
 
 
 def _unit(s: Section) -> str:
-    """What a section counts: windows (an aggregate), rows (a join, keyed by key and ts; diff)."""
-    return "windows" if "window_start" in s.keys else "rows"
+    """What a section counts: windows (an aggregate), alerts (a rules operator, keyed by rule and transaction),
+    rows (a join, keyed by key and ts; diff)."""
+    if "window_start" in s.keys:
+        return "windows"
+    return "alerts" if tuple(s.keys) == ("rule_id", "transaction_id") else "rows"
 
 
 def _incidents(s: Section) -> str:

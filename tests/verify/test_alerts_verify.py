@@ -20,6 +20,7 @@ from backfill.cli import app
 from backfill.conformance import flink
 from backfill.jobspec.rulemessages import COUNT_FIELDS
 from tests.conftest import write_jsonl
+from tests.verify.browser import Browser
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -116,6 +117,30 @@ def test_a_copy_is_a_duplicate_a_lost_or_changed_alert_is_unexplained(
     page = (tmp_path / "report" / "index.html").read_text()
     shown = [x for x in section["samples"] if x.get("l_window")]
     assert len(shown) >= 2 and page.count("class=window") == len(shown) and "rule version in force" in page
+    _read_in_a_browser(tmp_path, section, operator)
+
+
+def _read_in_a_browser(tmp: Path, section: dict[str, Any], operator: str) -> None:
+    """Headless Chromium: the alerts section leads with what nothing explains, in alerts; a click on a cause
+    shows its samples only, each with its transaction and its window open; the page loads nothing else."""
+    page = Browser(tmp / "profile")
+    try:
+        page.open((tmp / "report" / "index.html").resolve().as_uri())
+        assert page.js("document.querySelector('#first-look').textContent").startswith(
+            f"Start here: 2 alerts of {operator} differ and nothing explains them.")
+        visible = "Array.from(document.querySelectorAll('.sample')).filter(e => !e.hidden).map(e => e.dataset.cause)"
+        assert len(page.js(visible)) == len(section["samples"])
+        page.click(".chip[data-cause='unexplained']")
+        assert page.js(visible) == ["unexplained"] * 2
+        windows = ("Array.from(document.querySelectorAll('.sample')).filter(e => !e.hidden).map(e => "
+                   "e.querySelector('details.window').open && e.querySelector('details.window').offsetHeight > 0)")
+        assert page.js(windows) == [True, True]
+        shot = Path(__file__).resolve().parents[2] / "test-artifacts" / "verify-alerts-report.png"
+        page.screenshot(shot)
+        assert shot.stat().st_size > 20_000
+        assert page.requests and all(u.startswith(("file:", "data:")) for u in page.requests), page.requests
+    finally:
+        page.close()
 
 
 def test_each_alerts_window_aggregates_to_flinks_value(flinks: tuple[list[Any], dict[Any, Any]],

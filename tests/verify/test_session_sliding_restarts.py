@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from tests.conftest import write_jsonl
+from tests.verify.browser import Browser
 from tests.verify.conftest import ran_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -136,6 +137,35 @@ def test_each_restart_effect_gets_its_cause_with_its_records(job: Path, tmp_path
     fixed = DeltaTable(str(tmp_path / "fixes" / operator)).to_pyarrow_table().to_pylist()
     assert sorted((r["key"], r["window_start"], r["n"], r["trail"]) for r in fixed if r["correction"] == "replace") \
         == sorted((r["key"], r["window_start"], *ours[(r["key"], r["window_start"])]) for r in touched)
+    _read_in_a_browser(tmp_path, operator, section)
+
+
+def _read_in_a_browser(tmp: Path, operator: str, section: dict[str, Any]) -> None:
+    """Headless Chromium: the section of a sliding or session operator as for time windows: its causes under the
+    verdict, a click on one shows its samples only, with the records that prove it; the restart's incident
+    table; nothing loaded from elsewhere."""
+    page = Browser(tmp / "profile")
+    try:
+        page.open((tmp / f"report-{operator}" / "index.html").resolve().as_uri())
+        assert page.js("document.querySelector('#verdict').textContent").startswith("verdict: explained")
+        look = page.js("document.querySelector('#first-look').textContent")
+        assert look.startswith(f"{operator}:") and "reprocessed_after_restart" in look and "reemitted" in look
+        visible = "Array.from(document.querySelectorAll('.sample')).filter(e => !e.hidden).map(e => e.dataset.cause)"
+        assert len(page.js(visible)) == len(section["samples"])
+        page.click(".chip[data-cause='reemitted']")
+        assert page.js(visible) == ["reemitted"]
+        page.click(".chip[data-cause='reprocessed_after_restart']")
+        shown = page.js(visible)
+        assert shown and set(shown) == {"reprocessed_after_restart"}
+        proof = ("Array.from(document.querySelectorAll('.sample')).filter(e => !e.hidden).map(e => "
+                 "Array.from(e.querySelectorAll('td')).filter(td => td.textContent === 'applied twice').length)")
+        assert all(n > 0 for n in page.js(proof))
+        incident = f"document.querySelector('#incidents-{operator}').nextElementSibling.nextElementSibling"
+        assert page.js(f"{incident}.querySelectorAll('tr').length") == 2  # one restarted task
+        assert page.js(f"{incident}.offsetHeight") > 0
+        assert page.requests and all(u.startswith(("file:", "data:")) for u in page.requests), page.requests
+    finally:
+        page.close()
 
 
 @pytest.mark.parametrize("operator", ["sessions", "sliding"])

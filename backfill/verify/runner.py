@@ -513,14 +513,14 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         notes_first: list[str] = []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            ledgered = _ledgered_transactions(spark, plan, op) if counts[cmp.label("extra")] else None
-            versions = None
+            versions, rerun = None, None
             if sum(counts.values()) - counts[MATCH] - counts[cmp.label("duplicate")]:
                 from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
 
-                processed, rerun = operator_rerun(plan, spark, op.name)
-                input_read = processed
-                versions, tried = alerts.rule_versions(result, cmp, op.rules, processed, rerun,
+                input_read, rerun = operator_rerun(plan, spark, op.name)
+            ledgered = _ledgered_transactions(spark, plan, op, input_read) if counts[cmp.label("extra")] else None
+            if input_read is not None and rerun is not None:
+                versions, tried = alerts.rule_versions(result, cmp, op.rules, input_read, rerun,
                                                        lambda line: progress(f"{op.name}: {line}"),
                                                        _window_of(spark, plan, op), stream_windows)
                 if tried:
@@ -555,16 +555,21 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         compared.unpersist()
 
 
-def _ledgered_transactions(spark: SparkSession, plan: Plan, op: OperatorSpec) -> DataFrame | None:
+def _ledgered_transactions(spark: SparkSession, plan: Plan, op: OperatorSpec,
+                           processed: DataFrame | None = None) -> DataFrame | None:
     """The transactions the run ledgered for a rules operator, by id (verify/alerts.py `ledgered`); None when
-    the job publishes no ledger."""
+    the job publishes no ledger. `processed`: the operator's input as the run processes it, where verify has it
+    already (else the source is read)."""
     ledger = _ledger(spark, plan)
     if ledger is None:
         return None
     assert op.rules is not None
     source = op.rules.input
-    read = read_source(spark, plan.job, source, plan.source(source).rank)
-    return alerts.ledgered(ledger, read.records, op.name).localCheckpoint()
+    if processed is not None and "timestamp" in processed.columns:
+        records = processed.where(F.col("source") == source)
+    else:
+        records = read_source(spark, plan.job, source, plan.source(source).rank).records
+    return alerts.ledgered(ledger, records, op.name).localCheckpoint()
 
 
 def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: list[dict[str, Any]],

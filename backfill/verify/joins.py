@@ -285,6 +285,7 @@ def _orders(placed: DataFrame, rows: DataFrame, ev: JoinEvidence, cmp: Compariso
     mine = sets.select("task", "k", "ts", "v", c("_recs").alias("_a"))
     theirs = sets.select("task", "k", c("ts").alias("_bts"), c("v").alias("_bv"), c("_recs").alias("_b"))
     combos = before.join(mine, ["task", "k", "ts", "v"]).join(theirs, ["task", "k", "_bts", "_bv"])
+
     def held_back(x: Column, y: Column) -> Column:  # x lies at or before y in the same partition
         return (x["topic"] == y["topic"]) & (x["partition"] == y["partition"]) & (x["offset"] <= y["offset"])
 

@@ -244,12 +244,16 @@ def _prepare(op: RulesOperator, processed: DataFrame) -> _Prepared:
                      arrival=arrival, demo=demo, state_key=state_key, order=order)
 
 
+WINDOW_STATE_LIMIT = 100_000  # forks of one state replayed on the driver to show an alert's window
+
+
 def window_contents(op: RulesOperator, processed: DataFrame, wanted: list[tuple[int, int, int]]
                     ) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
     """For alerts (rule id, transaction partition, offset) of this operator over `processed` (its input as the
     run processes it): the transactions in the rule's window when it fired, as (partition, offset, event
-    time), found by replaying each alert's state literally (rules_kernel.py `window_members`; docs/semantics.md
-    §12.13). An alert the operator does not give is absent."""
+    time), found by replaying each alert's state literally on the driver (rules_kernel.py `window_members`;
+    docs/semantics.md §12.13). An alert the operator does not give is absent, and so is one whose state holds
+    more than WINDOW_STATE_LIMIT forks (a hot key's whole history does not come to the driver)."""
     import pandas as pd
 
     if not wanted:
@@ -260,6 +264,8 @@ def window_contents(op: RulesOperator, processed: DataFrame, wanted: list[tuple[
         asked = spark.createDataFrame(wanted, "rule_id int, partition int, offset long")
         states = p.forks.join(F.broadcast(asked), ["rule_id", "partition", "offset"], "left_semi").select(
             *p.state_key).distinct()
+        sizes = p.forks.join(F.broadcast(states), p.state_key, "left_semi").groupBy(*p.state_key).count()
+        states = sizes.where(F.col("count") <= WINDOW_STATE_LIMIT).drop("count")
         rows = (p.forks.join(F.broadcast(states), p.state_key, "left_semi")
                 .orderBy(*p.state_key, *p.order).toPandas())
         found: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}

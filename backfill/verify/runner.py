@@ -542,7 +542,9 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         _attach_transactions(samples, ours, stream)
         if any(s.get("l_transaction") is not None for s in samples):
             progress(f"{op.name}: the sampled alerts' windows")
-            _attach_windows(spark, plan, op, samples, input_read)
+            unshown = _attach_windows(spark, plan, op, samples, input_read)
+            if unshown:
+                notes.append(unshown)
         for s in samples:  # the stream's alert as the rerun that gives it reproduces it (rule_version_differs)
             if (s["rule_id"], s["transaction_id"]) in stream_windows:
                 s["r_window"], s["r_rule"] = stream_windows[(s["rule_id"], s["transaction_id"])]
@@ -573,11 +575,11 @@ def _ledgered_transactions(spark: SparkSession, plan: Plan, op: OperatorSpec,
 
 
 def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: list[dict[str, Any]],
-                    processed: DataFrame | None) -> None:
+                    processed: DataFrame | None) -> str | None:
     """Each sampled alert the backfill raised gets `l_window`: the transactions its rule's window held when it
     fired (docs/semantics.md §12.13), from the operator's input as the run processes it (`processed`, read
-    again when None)."""
-    from backfill.ops.rules import window_contents
+    again when None). Returns a note when some could not be shown."""
+    from backfill.ops.rules import WINDOW_STATE_LIMIT, window_contents
     from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
 
     assert op.rules is not None
@@ -600,6 +602,10 @@ def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: 
             if (rule_id, tid) == (s["rule_id"], s["transaction_id"]) and inside is not None:
                 s["l_window"] = [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))}
                                  for p, o, t in inside]
+    unshown = sum(s.get("l_transaction") is not None and s.get("l_window") is None for s in samples)
+    return (f"windows: {unshown} sampled alert(s) of the backfill are shown without their window: a state of more "
+            f"than {WINDOW_STATE_LIMIT:,} transactions is not replayed on the driver (or its replay did not give "
+            "the alert)" if unshown else None)
 
 
 def _window_of(spark: SparkSession, plan: Plan, op: OperatorSpec

@@ -144,9 +144,10 @@ def _read_in_a_browser(tmp: Path, section: dict[str, Any], operator: str) -> Non
 
 
 def test_each_alerts_window_aggregates_to_flinks_value(flinks: tuple[list[Any], dict[Any, Any]],
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Flink's own alerts of the scenario with the most alerts of rules with a window: every sampled alert
-    shows the transactions its window held, and they aggregate by its rule to Flink's value."""
+    shows the transactions its window held, and they aggregate by its rule to Flink's value. A state larger
+    than the driver replays is shown without its window, and a note says so."""
     scenarios, alerts = flinks
 
     def windowed(sc: Any) -> int:
@@ -168,9 +169,17 @@ def test_each_alerts_window_aggregates_to_flinks_value(flinks: tuple[list[Any], 
     by = {(r["ruleId"], str(r["triggeringEvent"]["transactionId"])): r for r in rows}
     shown = [s for s in section["samples"] if s.get("l_window") is not None]
     assert shown and len(shown) == len(section["samples"])
+    by_window = {(s["rule_id"], s["transaction_id"]): s["l_window"] for s in shown}
     assert max(len(s["l_window"]) for s in shown) >= 2
     for sample in shown:
         _window_gives_flinks_value(sample, by[(sample["rule_id"], sample["transaction_id"])])
+    monkeypatch.setattr("backfill.ops.rules.WINDOW_STATE_LIMIT", 1)
+    _, report = _verify(job, operator, rows, tmp_path / "capped", *MAP)
+    [section] = report["sections"]
+    big = [s for s in section["samples"] if len(by_window[(s["rule_id"], s["transaction_id"])]) > 1]
+    unshown = [s for s in section["samples"] if s.get("l_window") is None]
+    assert big and all(s in unshown for s in big)
+    assert any(n.startswith(f"windows: {len(unshown)} sampled alert(s)") for n in section["notes"]), section["notes"]
 
 
 def _window_gives_flinks_value(sample: dict[str, Any], flinks: dict[str, Any]) -> None:

@@ -43,20 +43,15 @@ def _text(transaction: Column, kind: T.DataType) -> Column:
     return F.to_json(transaction) if isinstance(kind, (T.StructType, T.MapType)) else transaction.cast("string")
 
 
-def _id_of(transaction: Column, kind: T.DataType) -> Column:
-    """The transaction's id: its `transactionId` field."""
-    return F.get_json_object(_text(transaction, kind), f"$.{ID_FIELD}")
-
-
 def transaction_id(transaction: Column, kind: T.DataType) -> Column:
     """The transaction's id: its `transactionId` field (a value of type `kind`: JSON text or a struct)."""
-    return _id_of(transaction, kind)
+    return F.get_json_object(_text(transaction, kind), f"$.{ID_FIELD}")
 
 
 def backfill_alerts(raw: DataFrame) -> DataFrame:
     """The published alerts: KEYS, `key`, `value` (a number), `ts`, `emit_seq`, `transaction`, `rule`."""
     return raw.select(F.col("rule_id").cast("long").alias("rule_id"),
-                      _id_of(F.col("transaction"), raw.schema["transaction"].dataType).alias("transaction_id"),
+                      transaction_id(F.col("transaction"), raw.schema["transaction"].dataType).alias("transaction_id"),
                       F.col("key").cast("string").alias("key"), F.col("value").cast("double").alias("value"), "ts",
                       "emit_seq", F.col("transaction").cast("string").alias("transaction"),
                       F.col("rule").cast("string").alias("rule"))
@@ -70,7 +65,7 @@ def stream_alerts(stream: DataFrame, where: str) -> DataFrame:
     if "transaction_id" in stream.columns:
         tid = F.col("transaction_id").cast("string")
     elif "transaction" in stream.columns:
-        tid = _id_of(F.col("transaction"), stream.schema["transaction"].dataType)
+        tid = transaction_id(F.col("transaction"), stream.schema["transaction"].dataType)
     else:
         raise SpecError(f"{where}: no column 'transaction' or 'transaction_id' (columns: "
                         f"{', '.join(stream.columns)}); {MAP_HINT}")
@@ -102,7 +97,7 @@ def ledgered(ledger: DataFrame, transactions: DataFrame, operator: str) -> DataF
     rows = ledger.where(F.col("operator") == operator).select(
         "source", "partition", "offset", F.col("reason").alias("_reason"), F.col("detail").alias("_why"))
     read = transactions.select("source", "partition", "offset", F.col("timestamp").alias("_ts"),
-                               _id_of(F.col("value"), transactions.schema["value"].dataType).alias("transaction_id"))
+                               transaction_id(F.col("value"), transactions.schema["value"].dataType).alias("transaction_id"))
     record = F.struct("partition", "offset", F.col("_ts").alias("ts"), F.lit(None).cast("long").alias("st"),
                       F.concat(F.lit("ledgered: "), F.col("_reason")).alias("status"))
     found = read.join(rows, ["source", "partition", "offset"]).where(F.col("transaction_id").isNotNull())
@@ -143,7 +138,7 @@ def _moves(processed: DataFrame, spec: Any, wanted: list[tuple[int, str]]) -> tu
             messages.setdefault(rule_id, []).append((r[axis], r["partition"], r["offset"], r["ts"]))
     ids = sorted({t for _, t in wanted})
     txs = {r["tid"]: r for r in live.where(F.col("source") == spec.input).select(
-        axis, "partition", "offset", "ts", _id_of(F.col("value"), processed.schema["value"].dataType).alias("tid"))
+        axis, "partition", "offset", "ts", transaction_id(F.col("value"), processed.schema["value"].dataType).alias("tid"))
         .where(F.col("tid").isin(ids)).collect()}
     moves = []
     for rule_id, tid in wanted:

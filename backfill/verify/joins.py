@@ -199,14 +199,18 @@ def attribute(rows: DataFrame, ev: JoinEvidence) -> DataFrame:
             release(frame)
 
 
+def _from_outer_store(emit_seq: Column) -> Column:
+    """A non-joined row the outer store's scan emitted (its emit phase), not a record (docs/semantics.md §5.6)."""
+    return F.pmod(emit_seq, F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])
+
+
 def _positions(rows: DataFrame, cmp: Comparison, orders: DataFrame | None) -> DataFrame:
     """Copies and moved rows: duplicate_delivery, or by the row's emit phase emit_throttle for a non-joined row
     from the outer store (the only rows the throttle delays), processing_order for the others (a joined row, a
     non-joined row emitted at once) unless `orders` (`_orders`) shows that no order of the task's records
     writes it where the stream did: unexplained."""
     c = F.col
-    throttled = F.pmod(c("emit_seq"), F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])
-    joined_row = ~throttled
+    joined_row = ~_from_outer_store(c("emit_seq"))
     copy = c("category") == cmp.label("duplicate")
     if orders is None:
         rows = rows.withColumn("_reachable", F.lit(None).cast("boolean")).withColumn(
@@ -269,12 +273,11 @@ def _orders(placed: DataFrame, rows: DataFrame, ev: JoinEvidence, cmp: Compariso
     otherwise, with the records of both (`_order_inputs`); no row where every B is an outer-store row (emitted
     by a wall-clock scan, not by a record)."""
     c = F.col
-    outer_store = lambda seq: F.pmod(seq, F.lit(STRIDE)) < F.lit(PHASE_BASE[JOINED])  # noqa: E731
-    moved = placed.where((c("category") == cmp.label(MOVED)) & ~outer_store(c("emit_seq"))).select(
+    moved = placed.where((c("category") == cmp.label(MOVED)) & ~_from_outer_store(c("emit_seq"))).select(
         "_id", "k", "ts", "v", "emit_seq", "task", "partition", "offset")
     if moved.isEmpty():
         return None
-    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull() & ~outer_store(c("emit_seq"))).select(
+    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull() & ~_from_outer_store(c("emit_seq"))).select(
         F.coalesce(c("key"), F.lit(NULL_KEY)).alias("k"), c("ts").alias("_bts"), c("v").alias("_bv"),
         c("emit_seq").alias("_bseq"), c("partition").alias("_bp"), c("offset").alias("_bo"))
     before = moved.join(written, "k").where(
@@ -470,7 +473,7 @@ def _throttled(out: DataFrame, rows: DataFrame, missing: str) -> DataFrame:
     once (so it does emit unmatched rows: an inner join deployed by mistake stays unexplained)."""
     c = F.col
     phase = F.pmod(c("emit_seq"), F.lit(STRIDE))
-    outer_store = phase < F.lit(PHASE_BASE[JOINED])
+    outer_store = _from_outer_store(c("emit_seq"))
     written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull())
     last = written.groupBy("task").agg(F.max(F.when(outer_store, c("emit_seq"))).alias("_last_scan"),
                                        F.max((phase == F.lit(PHASE_BASE[2])).cast("int")).alias("_at_once"))

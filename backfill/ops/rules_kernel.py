@@ -242,12 +242,14 @@ def window_members(pdf: pd.DataFrame, versions: list[Version], timeline: Timelin
     (partition, offset, event time), in event-time order (docs/semantics.md §12.13)."""
     replay = _Replay(pdf.reset_index(drop=True), versions, timeline, arrival, demo)
     replay.members = {}
+    rows = replay.exact()
+    # an alert row names its fork by (partition, offset, version): one look-up, not a scan per alert
+    fork = {(int(replay.part[i]), int(replay.off[i]), int(replay.vidx[i])): i for i in replay.members}
     found = {}
-    for row in replay.exact():
+    for row in rows:
         if row[-1] is not None:  # compat: demo, where the published job fails: no alert
             continue
-        i = next(i for i in replay.members if (int(replay.part[i]), int(replay.off[i]), replay.versions[
-            replay.vidx[i]].rule_id, int(replay.vidx[i])) == (row[0], row[1], row[2], row[3]))
+        i = fork[(row[0], row[1], row[3])]
         found[(row[2], row[0], row[1])] = [(int(replay.part[j]), int(replay.off[j]), int(replay.t[j]))
                                            for j in replay.members[i]]
     return found

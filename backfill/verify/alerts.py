@@ -96,8 +96,9 @@ def ledgered(ledger: DataFrame, transactions: DataFrame, operator: str) -> DataF
     has no transaction id (a null value) cannot be an alert's transaction and is left out."""
     rows = ledger.where(F.col("operator") == operator).select(
         "source", "partition", "offset", F.col("reason").alias("_reason"), F.col("detail").alias("_why"))
+    tid = transaction_id(F.col("value"), transactions.schema["value"].dataType)
     read = transactions.select("source", "partition", "offset", F.col("timestamp").alias("_ts"),
-                               transaction_id(F.col("value"), transactions.schema["value"].dataType).alias("transaction_id"))
+                               tid.alias("transaction_id"))
     record = F.struct("partition", "offset", F.col("_ts").alias("ts"), F.lit(None).cast("long").alias("st"),
                       F.concat(F.lit("ledgered: "), F.col("_reason")).alias("status"))
     found = read.join(rows, ["source", "partition", "offset"]).where(F.col("transaction_id").isNotNull())
@@ -137,9 +138,9 @@ def _moves(processed: DataFrame, spec: Any, wanted: list[tuple[int, str]]) -> tu
         if isinstance(rule_id, int):
             messages.setdefault(rule_id, []).append((r[axis], r["partition"], r["offset"], r["ts"]))
     ids = sorted({t for _, t in wanted})
+    tid = transaction_id(F.col("value"), processed.schema["value"].dataType)
     txs = {r["tid"]: r for r in live.where(F.col("source") == spec.input).select(
-        axis, "partition", "offset", "ts", transaction_id(F.col("value"), processed.schema["value"].dataType).alias("tid"))
-        .where(F.col("tid").isin(ids)).collect()}
+        axis, "partition", "offset", "ts", tid.alias("tid")).where(F.col("tid").isin(ids)).collect()}
     moves = []
     for rule_id, tid in wanted:
         tx = txs.get(tid)

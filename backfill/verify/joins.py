@@ -277,7 +277,8 @@ def _orders(placed: DataFrame, rows: DataFrame, ev: JoinEvidence, cmp: Compariso
         "_id", "k", "ts", "v", "emit_seq", "task", "partition", "offset")
     if moved.isEmpty():
         return None
-    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull() & ~_from_outer_store(c("emit_seq"))).select(
+    written = rows.where(c("partition").isNotNull() & c("emit_seq").isNotNull()
+                         & ~_from_outer_store(c("emit_seq"))).select(
         F.coalesce(c("key"), F.lit(NULL_KEY)).alias("k"), c("ts").alias("_bts"), c("v").alias("_bv"),
         c("emit_seq").alias("_bseq"), c("partition").alias("_bp"), c("offset").alias("_bo"))
     before = moved.join(written, "k").where(

@@ -522,7 +522,7 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
             if input_read is not None and rerun is not None:
                 versions, tried = alerts.rule_versions(result, cmp, op.rules, input_read, rerun,
                                                        lambda line: progress(f"{op.name}: {line}"),
-                                                       _window_of(spark, plan, op), stream_windows)
+                                                       _window_of(plan, op), stream_windows)
                 if tried:
                     notes_first.append(tried)
             attributed = alerts.attribute(result, cmp, ledgered, versions) \
@@ -579,62 +579,60 @@ def _attach_windows(spark: SparkSession, plan: Plan, op: OperatorSpec, samples: 
     """Each sampled alert the backfill raised gets `l_window`: the transactions its rule's window held when it
     fired (docs/semantics.md §12.13), from the operator's input as the run processes it (`processed`, read
     again when None). Returns a note when some could not be shown."""
-    from backfill.ops.rules import WINDOW_STATE_LIMIT, window_contents
+    from backfill.ops.rules import WINDOW_STATE_LIMIT
     from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
 
     assert op.rules is not None
     if processed is None:
         processed, _ = operator_rerun(plan, spark, op.name)
-    spec = op.rules
-    operator = next(o for o in plan.operators if o.name == op.name)
     wanted = spark.createDataFrame([(s["rule_id"], s["transaction_id"]) for s in samples
                                     if s.get("l_transaction") is not None], "rule_id long, transaction_id string")
-    txs = processed.where((F.col("source") == spec.input) & F.col("_drop").isNull())
-    kind = txs.schema["value"].dataType
-    places = [(r["rule_id"], r["transaction_id"], r["partition"], r["offset"]) for r in txs.select(
-        "partition", "offset", alerts.transaction_id(F.col("value"), kind).alias("transaction_id")).join(
-        F.broadcast(wanted), "transaction_id").collect()]
-    members = window_contents(operator, processed, [(int(r), int(p), int(o)) for r, _, p, o in places])
-    values = {(p, o): r for p, o, r in _transaction_texts(txs, {m for ms in members.values() for m in ms})}
+    txs = _transactions(processed, op)
+    places = {(r["rule_id"], r["transaction_id"]): (r["partition"], r["offset"]) for r in txs.select(
+        "partition", "offset", alerts.transaction_id(F.col("value"), txs.schema["value"].dataType).alias(
+            "transaction_id")).join(F.broadcast(wanted), "transaction_id").collect()}
+    windows = _windows(plan, op, processed, [(r, p, o) for (r, _), (p, o) in places.items()])
     for s in samples:
-        for rule_id, tid, part, off in places:
-            inside = members.get((int(rule_id), int(part), int(off)))
-            if (rule_id, tid) == (s["rule_id"], s["transaction_id"]) and inside is not None:
-                s["l_window"] = [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))}
-                                 for p, o, t in inside]
+        place = places.get((s["rule_id"], s["transaction_id"]))
+        if place is not None and (s["rule_id"], *place) in windows:
+            s["l_window"] = windows[(s["rule_id"], *place)]
     unshown = sum(s.get("l_transaction") is not None and s.get("l_window") is None for s in samples)
     return (f"windows: {unshown} sampled alert(s) of the backfill are shown without their window: a state of more "
             f"than {WINDOW_STATE_LIMIT:,} transactions is not replayed on the driver (or its replay did not give "
             "the alert)" if unshown else None)
 
 
-def _window_of(spark: SparkSession, plan: Plan, op: OperatorSpec
-               ) -> Callable[[DataFrame, int, int, int], list[dict[str, Any]] | None]:
+def _window_of(plan: Plan, op: OperatorSpec) -> Callable[[DataFrame, int, int, int], list[dict[str, Any]] | None]:
     """The window of one alert (rule id, transaction partition, offset) over an adjusted input (§12.13)."""
-    from backfill.ops.rules import window_contents
-
-    operator = next(o for o in plan.operators if o.name == op.name)
-    assert op.rules is not None
-    spec = op.rules
-
     def window(processed: DataFrame, rule_id: int, partition: int, offset: int) -> list[dict[str, Any]] | None:
-        inside = window_contents(operator, processed, [(int(rule_id), int(partition), int(offset))]).get(
-            (int(rule_id), int(partition), int(offset)))
-        if inside is None:
-            return None
-        txs = processed.where((F.col("source") == spec.input) & F.col("_drop").isNull())
-        values = {(p, o): t for p, o, t in _transaction_texts(txs, set(inside))}
-        return [{"partition": p, "offset": o, "ts": t, "value": values.get((p, o))} for p, o, t in inside]
+        return _windows(plan, op, processed, [(rule_id, partition, offset)]).get((rule_id, partition, offset))
     return window
 
 
-def _transaction_texts(txs: DataFrame, places: set[tuple[int, int, int]]) -> list[tuple[int, int, str]]:
-    """The transactions at these (partition, offset, ...) places, as text."""
-    if not places:
-        return []
-    wanted = txs.sparkSession.createDataFrame([(p, o) for p, o, _ in places], "partition int, offset long")
-    return [(r["partition"], r["offset"], r["text"]) for r in txs.join(F.broadcast(wanted), ["partition", "offset"])
-            .select("partition", "offset", F.col("value").cast("string").alias("text")).collect()]
+def _transactions(processed: DataFrame, op: OperatorSpec) -> DataFrame:
+    """A rules operator's transactions in its input as the run processes it."""
+    assert op.rules is not None
+    return processed.where((F.col("source") == op.rules.input) & F.col("_drop").isNull())
+
+
+def _windows(plan: Plan, op: OperatorSpec, processed: DataFrame, alerts_at: list[tuple[int, int, int]]
+             ) -> dict[tuple[int, int, int], list[dict[str, Any]]]:
+    """Per alert (rule id, transaction partition, offset) the operator gives over `processed`: its window's
+    transactions (ops/rules.py `window_contents`), each with partition, offset, ts and its text (`value`)."""
+    from backfill.ops.rules import window_contents
+
+    operator = next(o for o in plan.operators if o.name == op.name)
+    asked = [(int(r), int(p), int(o)) for r, p, o in alerts_at]
+    members = window_contents(operator, processed, asked)
+    inside = {(p, o) for ms in members.values() for p, o, _ in ms}
+    texts: dict[tuple[int, int], str] = {}
+    if inside:
+        txs = _transactions(processed, op)
+        at = txs.sparkSession.createDataFrame(sorted(inside), "partition int, offset long")
+        texts = {(r["partition"], r["offset"]): r["text"] for r in txs.join(F.broadcast(at), ["partition", "offset"])
+                 .select("partition", "offset", F.col("value").cast("string").alias("text")).collect()}
+    return {a: [{"partition": p, "offset": o, "ts": t, "value": texts.get((p, o))} for p, o, t in ms]
+            for a, ms in members.items()}
 
 
 def _attach_transactions(samples: list[dict[str, Any]], ours: DataFrame, stream: DataFrame) -> None:

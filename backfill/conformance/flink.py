@@ -46,6 +46,9 @@ class RulesScenario:
     out_of_orderness: int
     events: list[tuple[str, Any]] = field(default_factory=list)  # ("rules", message) | ("transactions", tx)
     rules: list[dict[str, Any]] = field(default_factory=list)  # the parsed form of each rule message, in order
+    # the live job's watermark stops before this event (index into `events`) for the rest of the scenario, as an
+    # idle input holds it back (the harness's `H` line); None: it moves after every element
+    hold: int | None = None
 
 
 def generate(count: int, seed: int) -> list[RulesScenario]:
@@ -133,7 +136,9 @@ def encode(scenarios: list[RulesScenario]) -> str:
         out.append(f"S\t{sc.id}\t{sc.out_of_orderness}\t{sc.compat}")
         names = list(dict.fromkeys([*KEYS, "paymentAmount"]))
         tx_offset = 0
-        for kind, body in sc.events:
+        for i, (kind, body) in enumerate(sc.events):
+            if i == sc.hold:
+                out.append(f"H\t{sc.id}")
             if kind == "rules":
                 r = json.loads(body)
                 if r["ruleState"] == "CONTROL":

@@ -35,8 +35,8 @@ from backfill.jobspec.models import OperatorSpec, RulesSpec
 from backfill.jobspec.rulemessages import Rule, RuleMessageError, parse_rule
 from backfill.ledger import ledger_rows
 from backfill.ops.base import Check, Operator, OperatorCounts, OperatorResult, OutputSuite, in_source
-from backfill.ops.rules_kernel import (JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Timeline, Version, run_partition,
-                                       window_members)
+from backfill.ops.rules_kernel import (JAVA_MIN, NUMBER, OUTPUT_SCHEMA, Held, Timeline, Version, held_watermarks,
+                                       run_partition, window_members)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -247,31 +247,65 @@ def _prepare(op: RulesOperator, processed: DataFrame) -> _Prepared:
 WINDOW_STATE_LIMIT = 100_000  # forks of one state replayed on the driver to show an alert's window
 
 
+def _states(p: _Prepared, processed: DataFrame, wanted: list[tuple[int, int, int]]) -> Iterator[pd.DataFrame]:
+    """The forks of each state holding one of the `wanted` evaluations (rule id, transaction partition, offset),
+    in processing order, a state at a time; a state of more than WINDOW_STATE_LIMIT forks is left out (a hot key's
+    whole history does not come to the driver)."""
+    import pandas as pd
+
+    spark = processed.sparkSession
+    asked = spark.createDataFrame(wanted, "rule_id int, partition int, offset long")
+    states = p.forks.join(F.broadcast(asked), ["rule_id", "partition", "offset"], "left_semi").select(
+        *p.state_key).distinct()
+    sizes = p.forks.join(F.broadcast(states), p.state_key, "left_semi").groupBy(*p.state_key).count()
+    states = sizes.where(F.col("count") <= WINDOW_STATE_LIMIT).drop("count")
+    rows = (p.forks.join(F.broadcast(states), p.state_key, "left_semi")
+            .orderBy(*p.state_key, *p.order).toPandas())
+    for _, group in (rows.groupby(p.state_key, sort=False) if len(rows) else []):
+        yield pd.DataFrame(group)
+
+
 def window_contents(op: RulesOperator, processed: DataFrame, wanted: list[tuple[int, int, int]]
                     ) -> dict[tuple[int, int, int], list[tuple[int, int, int]]]:
     """For alerts (rule id, transaction partition, offset) of this operator over `processed` (its input as the
     run processes it): the transactions in the rule's window when it fired, as (partition, offset, event
     time), found by replaying each alert's state literally on the driver (rules_kernel.py `window_members`;
     docs/semantics.md §12.13). An alert the operator does not give is absent, and so is one whose state holds
-    more than WINDOW_STATE_LIMIT forks (a hot key's whole history does not come to the driver)."""
-    import pandas as pd
-
+    more than WINDOW_STATE_LIMIT forks."""
     if not wanted:
         return {}
     p = _prepare(op, processed)
     try:
-        spark = processed.sparkSession
-        asked = spark.createDataFrame(wanted, "rule_id int, partition int, offset long")
-        states = p.forks.join(F.broadcast(asked), ["rule_id", "partition", "offset"], "left_semi").select(
-            *p.state_key).distinct()
-        sizes = p.forks.join(F.broadcast(states), p.state_key, "left_semi").groupBy(*p.state_key).count()
-        states = sizes.where(F.col("count") <= WINDOW_STATE_LIMIT).drop("count")
-        rows = (p.forks.join(F.broadcast(states), p.state_key, "left_semi")
-                .orderBy(*p.state_key, *p.order).toPandas())
         found: dict[tuple[int, int, int], list[tuple[int, int, int]]] = {}
-        for _, group in (rows.groupby(p.state_key, sort=False) if len(rows) else []):
-            found.update(window_members(pd.DataFrame(group), p.versions, p.timeline, p.arrival, p.demo))
+        for group in _states(p, processed, wanted):
+            found.update(window_members(group, p.versions, p.timeline, p.arrival, p.demo))
         return {w: found[w] for w in wanted if w in found}
+    finally:
+        p.tx.unpersist()
+
+
+HOLDS_TRIED = 16  # per evaluation: the latest forks before it at which timers evicted entries
+HOLD_STEPS = 2_000_000  # forks a verify replays with held watermarks, in all (about 10-20 s on the driver)
+
+
+def held_watermark(op: RulesOperator, processed: DataFrame, wanted: list[tuple[int, int, int]]
+                   ) -> dict[tuple[int, int, int], list[Held]]:
+    """For evaluations (rule id, transaction partition, offset) of this operator over `processed`: each replayed
+    with the watermark held from one of the HOLDS_TRIED latest evictions before it (rules_kernel.py
+    `held_watermarks`; docs/semantics.md §12.14). Only with `order: arrival` (the other order has no cleanup);
+    an evaluation whose state holds more than WINDOW_STATE_LIMIT forks is absent, and so are those beyond
+    HOLD_STEPS replayed forks."""
+    if not wanted or op.rule_set.order != "arrival":
+        return {}
+    p = _prepare(op, processed)
+    try:
+        found: dict[tuple[int, int, int], list[Held]] = {}
+        left = HOLD_STEPS
+        for group in _states(p, processed, wanted):
+            got, spent = held_watermarks(group, p.versions, p.timeline, p.demo, wanted, HOLDS_TRIED, left)
+            found.update(got)
+            left -= spent
+        return found
     finally:
         p.tx.unpersist()
 

@@ -125,6 +125,13 @@ class _Replay:
         self.key = pdf["key"].iloc[0] if self.n else ""
         # with `explain`: per alert row (its fork index), the fork indices of the transactions it aggregated
         self.members: dict[int, list[int]] | None = None
+        # a held watermark (docs/semantics.md §12.14): from fork `hold` on no timer fires; the replay stops after
+        # evaluating fork `stop`, its evaluation in `outcome` (value, whether it alerted, compat: demo's failure)
+        self.hold: int | None = None
+        self.stop: int | None = None
+        self.outcome: tuple[Decimal, bool, str | None] | None = None
+        # with a list: the forks at which firing timers evicted entries, in processing order
+        self.evicted_at: list[int] | None = None
 
     # ------------------------------------------------------------------ shared
     def _row(self, i: int, value: Decimal | None, fail: str | None = None) -> tuple[Any, ...]:
@@ -178,7 +185,11 @@ class _Replay:
                 if self.timeline.clears_between(prev, axis):
                     times, entries = [], {}
                 assert wm is not None
-                times, entries = self._fire(timers, int(wm[i]), axis, times, entries)
+                if self.hold is None or i < self.hold:
+                    held = len(times)
+                    times, entries = self._fire(timers, int(wm[i]), axis, times, entries)
+                    if self.evicted_at is not None and len(times) < held:
+                        self.evicted_at.append(i)
             prev = axis
             t = int(self.t[i])
             ident = self._identity(i)
@@ -201,12 +212,18 @@ class _Replay:
                 self.members[i] = [j for ts in times[lo:hi] for _, j in entries[ts]]
             fail = self._fail(i, v, values)
             if fail is not None:
+                if i == self.stop:
+                    self.outcome = (Decimal(0), False, fail)
                 return [self._row(i, None, fail)]
             value = self._aggregate(v, values)
-            if holds(value, v.operator, v.limit):
+            alerted = holds(value, v.operator, v.limit)
+            if alerted:
                 if v.resets:
                     times, entries = [], {}
                 rows.append(self._row(i, value))
+            if i == self.stop:
+                self.outcome = (value, alerted, None)
+                return rows
         return rows
 
     def _fire(self, timers: dict[int, tuple[int, Axis]], wm: int, axis: Axis, times: list[int],
@@ -253,6 +270,63 @@ def window_members(pdf: pd.DataFrame, versions: list[Version], timeline: Timelin
         found[(row[2], row[0], row[1])] = [(int(replay.part[j]), int(replay.off[j]), int(replay.t[j]))
                                            for j in replay.members[i]]
     return found
+
+
+@dataclass(frozen=True)
+class Held:
+    """An evaluation replayed with the watermark held from one transaction on (docs/semantics.md §12.14)."""
+
+    hold: tuple[int, int, int]  # the transaction (partition, offset, event time) from which no timer fired
+    key: str  # the grouping key
+    value: str | None  # the aggregate, in its plain form; None where the published job fails (compat: demo)
+    alerted: bool
+    at: tuple[int, int, int]  # the transaction evaluated
+    kept: list[tuple[int, int, int]]  # transactions in the window that the per-element watermark had evicted
+    window: list[tuple[int, int, int]]  # the window the evaluation aggregated, in event-time order
+
+
+def held_watermarks(pdf: pd.DataFrame, versions: list[Version], timeline: Timeline, demo: bool,
+                    wanted: list[tuple[int, int, int]], limit: int, budget: int
+                    ) -> tuple[dict[tuple[int, int, int], list[Held]], int]:
+    """One state's forks (as `run_partition` gets them, in processing order, `order: arrival`) and the evaluations
+    asked for (rule id, transaction partition, offset): for each, the evaluation replayed with the watermark held
+    from each of the `limit` latest forks before it at which timers evicted entries (latest first), as `Held`
+    (docs/semantics.md §12.14). Holding from any other fork gives one of these states or the run's own. Replays
+    stop once they would pass `budget` forks; an evaluation not replayed is absent. Returns the forks replayed."""
+    if len(pdf) > budget:
+        return {}, 0
+    pdf = pdf.reset_index(drop=True)
+    spent = len(pdf)
+    base = _Replay(pdf, versions, timeline, True, demo)
+    base.evicted_at, base.members = [], {}
+    base.exact()
+    fork = {(versions[int(base.vidx[i])].rule_id, int(base.part[i]), int(base.off[i])): i for i in range(base.n)}
+    spot = lambda j: (int(base.part[j]), int(base.off[j]), int(base.t[j]))  # noqa: E731
+    found: dict[tuple[int, int, int], list[Held]] = {}
+    for w in wanted:
+        stop = fork.get(w)
+        if stop is None or not versions[int(base.vidx[stop])].active:
+            continue
+        if stop not in base.members:  # compat: demo failed before it: the published job stopped there
+            continue
+        own = set(base.members[stop])
+        holds = [e for e in base.evicted_at if e <= stop][::-1][:limit]
+        if spent + len(holds) * (stop + 1) > budget:
+            continue
+        spent += len(holds) * (stop + 1)
+        tries = []
+        for e in holds:
+            held = _Replay(pdf, versions, timeline, True, demo)
+            held.members, held.hold, held.stop = {}, e, stop
+            held.exact()
+            if held.outcome is None:
+                continue
+            value, alerted, fail = held.outcome
+            window = held.members.get(stop, [])
+            tries.append(Held(spot(e), str(base.key), None if fail else plain(value), alerted and fail is None,
+                              spot(stop), [spot(j) for j in window if j not in own], [spot(j) for j in window]))
+        found[w] = tries
+    return found, spent
 
 
 def fail_message(v: Version) -> str:

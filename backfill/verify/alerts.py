@@ -10,7 +10,9 @@ Causes come from evidence only: exact copies are `duplicate_delivery`; an alert 
 transaction the run ledgered (so no rule evaluated it), is `ledgered_input`, with the ledger row's reason and the
 record; an alert the operator itself gives once a version of its rule arrives on the other side of the
 transaction (the operator rerun with that one message moved) is `rule_version_differs`, with the message and the
-transaction; everything else is `unexplained` with what each side raised, the transaction and the rule version (the
+transaction; an alert its evaluation gives with the watermark held from an earlier transaction on (no cleanup timer
+firing since: the live job's watermark lagged) is `watermark_held`, with the transactions the held state still had;
+everything else is `unexplained` with what each side raised, the transaction and the rule version (the
 backfill's) in the sample, so a person sees the alert's contents on both sides.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from backfill.errors import SpecError
+from backfill.ops.rules import HOLD_STEPS, WINDOW_STATE_LIMIT
 from backfill.verify.catalogue import first_match
 from backfill.verify.causes import repeats
 from backfill.verify.reconcile import MATCH, Comparison, Tolerance
@@ -213,9 +216,7 @@ def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: Data
     (the adjusted input, rule id, transaction partition, offset -> the window, §12.13), `windows` gets the
     window of each alert the rerun gives, by (rule_id, transaction_id): the stream's side as reproduced."""
     spark = result.sparkSession
-    duplicate = cmp.label("duplicate")
-    rows = [r.asDict() for r in result.where((F.col("category") != MATCH) & (F.col("category") != duplicate))
-            .orderBy(*KEYS).limit(200).collect()]
+    rows = _differing(result, cmp)
     axis, moves = _moves(processed, spec, [(r["rule_id"], r["transaction_id"]) for r in rows])
     by_key = {(r["rule_id"], r["transaction_id"]): r for r in rows}
     found: list[tuple[Any, ...]] = []
@@ -258,11 +259,72 @@ def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: Data
     return spark.createDataFrame(found, schema), note
 
 
+def _differing(result: DataFrame, cmp: Comparison) -> list[dict[str, Any]]:
+    """The differing alerts a rerun may explain (not copies), the first 200 in (rule_id, transaction_id) order."""
+    duplicate = cmp.label("duplicate")
+    return [r.asDict() for r in result.where((F.col("category") != MATCH) & (F.col("category") != duplicate))
+            .orderBy(*KEYS).limit(200).collect()]
+
+
+def held_watermarks(result: DataFrame, cmp: Comparison, spec: Any, processed: DataFrame,
+                    held: Callable[[list[tuple[int, int, int]]], dict[tuple[int, int, int], list[Any]]],
+                    windows: dict[tuple[int, str], list[tuple[int, int, int]]] | None = None
+                    ) -> tuple[DataFrame, str | None]:
+    """`watermark_held` evidence (docs/semantics.md §12.14): per differing alert, its rule's evaluation of its
+    transaction replayed with the watermark held from each of the latest evictions before it (`held`: ops/rules.py
+    `held_watermark`); where one gives the stream's side exactly, (rule_id, transaction_id, `_hdetail`,
+    `_hrecords`): the transaction the watermark stopped at, the alert's, and the transactions the held state still
+    had that the run's watermark had evicted. A transaction id on more than one record is not tried. With
+    `windows`, the held evaluation's window (partition, offset, ts) by (rule_id, transaction_id). And a note when
+    some differing alerts were not replayed."""
+    spark = result.sparkSession
+    schema = f"rule_id long, transaction_id string, _hdetail string, _hrecords array<{RECORD}>"
+    rows = _differing(result, cmp)
+    ids = sorted({r["transaction_id"] for r in rows})
+    if not ids:
+        return spark.createDataFrame([], schema), None
+    tid = transaction_id(F.col("value"), processed.schema["value"].dataType)
+    places: dict[str, list[tuple[int, int]]] = {}
+    for r in processed.where((F.col("source") == spec.input) & F.col("_drop").isNull()).select(
+            "partition", "offset", tid.alias("tid")).where(F.col("tid").isin(ids)).collect():
+        places.setdefault(r["tid"], []).append((r["partition"], r["offset"]))
+    at = {(r["rule_id"], r["transaction_id"]): places[r["transaction_id"]][0] for r in rows
+          if len(places.get(r["transaction_id"], [])) == 1}
+    tries = held([(int(rule_id), p, o) for (rule_id, _), (p, o) in at.items()])
+    found = []
+    for r in rows:
+        key = (r["rule_id"], r["transaction_id"])
+        if key not in at:
+            continue
+        tx = at[key]
+        for h in tries.get((int(r["rule_id"]), tx[0], tx[1]), []):
+            mine = {"key": h.key, "value": float(h.value)} if h.alerted and h.value is not None else None
+            if not h.kept or not _agrees(mine, r, cmp):
+                continue
+            detail = (f"with the watermark held from the transaction at partition {h.hold[0]} offset {h.hold[1]} on "
+                      "(no cleanup timer firing from there to this transaction), the operator gives the stream's "
+                      f"side exactly: the live job's watermark lagged (an idle input holds it back; periodic "
+                      f"emission), so its state still held {len(h.kept)} transaction(s) the run's watermark had "
+                      "evicted")
+            evidence = [(*h.hold, None, "watermark held from here"), (*h.at, None, "transaction"),
+                        *[(*k, None, "kept: the run's watermark had evicted it") for k in h.kept]]
+            found.append((r["rule_id"], r["transaction_id"], detail, evidence))
+            if windows is not None and mine is not None:
+                windows[key] = h.window
+            break
+    unreplayed = sum((int(rule_id), *tx) not in tries for (rule_id, _), tx in at.items())
+    note = (f"watermark holds: {unreplayed} differing alert(s) were not replayed (a state of more than "
+            f"{WINDOW_STATE_LIMIT:,} transactions, or past the {HOLD_STEPS:,} replayed transactions a verify spends)"
+            if unreplayed else None)
+    return spark.createDataFrame(found, schema), note
+
+
 def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = None,
-              versions: DataFrame | None = None) -> DataFrame:
+              versions: DataFrame | None = None, holds: DataFrame | None = None) -> DataFrame:
     """Non-matching alerts with `cause`, `detail` and `records` (the evidence): exact copies; an alert only the
     stream has whose transaction `ledger` (`ledgered`) holds; an alert the other rule version gives
-    (`versions`, `rule_versions`); else unexplained with what differs."""
+    (`versions`, `rule_versions`); one a held watermark gives (`holds`, `held_watermarks`); else unexplained with
+    what differs."""
     missing, extra = cmp.label("missing"), cmp.label("extra")
     nonmatch = result.where(F.col("category") != MATCH)
     if ledger is not None:
@@ -275,6 +337,11 @@ def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = Non
     else:
         nonmatch = nonmatch.select("*", F.lit(None).cast("string").alias("_vdetail"),
                                    F.lit(None).cast(f"array<{RECORD}>").alias("_vrecords"))
+    if holds is not None:
+        nonmatch = nonmatch.join(F.broadcast(holds), list(KEYS), "left")
+    else:
+        nonmatch = nonmatch.select("*", F.lit(None).cast("string").alias("_hdetail"),
+                                   F.lit(None).cast(f"array<{RECORD}>").alias("_hrecords"))
     why = F.concat(F.lit("the backfill ledgered this transaction ("), F.col("_reason"),
                    F.coalesce(F.concat(F.lit(": "), F.col("_why")), F.lit("")),
                    F.lit(", partition "), F.col("_record.partition").cast("string"), F.lit(" offset "),
@@ -284,13 +351,14 @@ def attribute(result: DataFrame, cmp: Comparison, ledger: DataFrame | None = Non
         *repeats(cmp),
         ((F.col("category") == extra) & F.col("_reason").isNotNull(), "ledgered_input", why),
         (F.col("_vdetail").isNotNull(), "rule_version_differs", F.col("_vdetail")),
+        (F.col("_hdetail").isNotNull(), "watermark_held", F.col("_hdetail")),
         (F.col("category") == missing, "unexplained",
          "the backfill raised this alert and the stream did not: no evidence why"),
         (F.col("category") == extra, "unexplained",
          "the stream raised this alert and the backfill did not: no evidence why"),
         (None, "unexplained", F.concat(F.lit("the alerts differ in "), F.array_join("diff_columns", ", "),
                                        F.lit(": no evidence why")))])
-    shown = F.when(cause == "ledgered_input", F.array("_record")).when(cause == "rule_version_differs",
-                                                                       F.col("_vrecords"))
+    shown = F.when(cause == "ledgered_input", F.array("_record")).when(
+        cause == "rule_version_differs", F.col("_vrecords")).when(cause == "watermark_held", F.col("_hrecords"))
     return nonmatch.withColumn("cause", cause).withColumn("detail", detail).withColumn("records", shown) \
-        .drop("_reason", "_why", "_record", "_vdetail", "_vrecords")
+        .drop("_reason", "_why", "_record", "_vdetail", "_vrecords", "_hdetail", "_hrecords")

@@ -33,11 +33,11 @@ CATALOGUE: tuple[Cause, ...] = (
     Cause("late_drop_differs", "window", 6, "#5d7fa3",
           "the record set differs by records one side dropped as late and the other did not (stream time differed: "
           "restart, live edge); the records are shown"),
-    Cause("range_boundary", "window", 18, "#c8ccd2",
+    Cause("range_boundary", "window", 19, "#c8ccd2",
           "a window the stream has, incomplete in the data read (not closed by the end of the data, or starting "
           "before it), or a window straddling a bound of the streaming output the evidence shows (the declared "
           "range, or where the stream's output of its task starts or ends)"),
-    Cause("tie_order", "window", 16, "#8aa39b",
+    Cause("tie_order", "window", 17, "#8aa39b",
           "an order-sensitive aggregation over records with equal timestamps: their order is not knowable"),
     Cause("duplicate_delivery", "window", 10, "#9fb3c8",
           "the stream wrote the same result more than once (at-least-once delivery)"),
@@ -68,7 +68,7 @@ CATALOGUE: tuple[Cause, ...] = (
     Cause("partner_after_close", "join", 8, "#7d9bb8",
           "a non-joined row: whether its window closed before its partner arrived depends on how the partitions "
           "interleaved; the records are shown"),
-    Cause("emit_throttle", "join", 15, "#b5c7b0",
+    Cause("emit_throttle", "join", 16, "#b5c7b0",
           "a non-joined row of the outer store, same values, written at another position: the stream emits them "
           "when its wall-clock throttle allows (1 s by default), the backfill at once"),
     Cause("processing_order", "join", 13, "#a9b8a4",
@@ -78,10 +78,14 @@ CATALOGUE: tuple[Cause, ...] = (
           "an alert the operator itself gives once a message of its rule arrives on the other side of the "
           "transaction: the live job had the other rule version in force (the arrival order of the rules and the "
           "transactions); the message and the transaction are shown"),
+    Cause("watermark_held", "alerts", 15, "#b3a98f",
+          "an alert the rule's evaluation gives with the watermark held from an earlier transaction on (no cleanup "
+          "timer fired since): the live job's watermark lagged (an idle input, periodic emission), so its state "
+          "still held transactions the backfill had evicted; those transactions are shown"),
     Cause("close_mechanism_differs", "mechanism", 12, "#9a8fb8",
           "the stream has what the other final mechanism (suppress or emit-on-close) emits: the operator "
           "recomputed with it gives exactly the stream's rows; set `close` to it"),
-    Cause("cache_coalesced", "mechanism", 17, "#b8c9d9",
+    Cause("cache_coalesced", "mechanism", 18, "#b8c9d9",
           "the stream's updates of the window are a coalescing of the backfill's (each one of them, in order, the "
           "same last): what the record cache's flushes forward"),
     Cause("unexplained", "none", 0, "#c0392b", "no evidence explains it: a real logic difference"),

@@ -308,7 +308,8 @@ def _samples(s: Section) -> str:
 
 def _alert(row: dict[str, Any], left: str, right: str) -> str:
     """A rules alert's context: its transaction and the rule version in force on each side, and the
-    transactions the backfill's window held when the rule fired (docs/semantics.md §12.13)."""
+    transactions the backfill's window held when the rule fired (docs/semantics.md §12.13), and the stream's as
+    the rerun (§12.12) or the held replay (§12.14) that gives its alert has it."""
     if "l_transaction" not in row:
         return ""
     out = ["<table class=alert><tr><th></th><th>" + _e(left) + "</th><th>" + _e(right) + "</th></tr>",
@@ -318,7 +319,8 @@ def _alert(row: dict[str, Any], left: str, right: str) -> str:
            f"<td class=mono>{_e(row.get('r_rule') or '')}</td></tr>"
            "</table>"]
     for side, title in (("l_window", f"the {left}'s window when the rule fired"),
-                        ("r_window", f"the {right}'s window, as the rerun that gives its alert has it")):
+                        ("r_window", f"the {right}'s window, as the rerun or the held replay that gives its alert "
+                                     "has it")):
         window = row.get(side)
         if window is None:
             continue

@@ -508,12 +508,13 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
     attributed = None
     input_read: DataFrame | None = None
     stream_windows: dict[tuple[int, str], tuple[list[Any], str]] = {}
+    held_windows: dict[tuple[int, str], list[tuple[int, int, int]]] = {}
     try:
         cause_counts = {c: 0 for c in CAUSES}
         notes_first: list[str] = []
         if sum(counts.values()) - counts[MATCH]:
             progress(f"{op.name}: attributing causes")
-            versions, rerun = None, None
+            versions, rerun, holds = None, None, None
             if sum(counts.values()) - counts[MATCH] - counts[cmp.label("duplicate")]:
                 from backfill.plan.evaluator import operator_rerun  # the evaluator imports this package's users
 
@@ -525,7 +526,11 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
                                                        _window_of(plan, op), stream_windows)
                 if tried:
                     notes_first.append(tried)
-            attributed = alerts.attribute(result, cmp, ledgered, versions) \
+                holds, unheld = alerts.held_watermarks(result, cmp, op.rules, input_read,
+                                                       _held_of(plan, op, input_read), held_windows)
+                if unheld:
+                    notes_first.append(unheld)
+            attributed = alerts.attribute(result, cmp, ledgered, versions, holds) \
                 .withColumn("_task", F.lit(None).cast("int")) \
                 .select("*", *[F.lit(None).cast("long").alias(c) for c in PROOF_COLUMNS])
             for row in attributed.groupBy("cause").count().collect():
@@ -548,6 +553,13 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         for s in samples:  # the stream's alert as the rerun that gives it reproduces it (rule_version_differs)
             if (s["rule_id"], s["transaction_id"]) in stream_windows:
                 s["r_window"], s["r_rule"] = stream_windows[(s["rule_id"], s["transaction_id"])]
+        shown = {k: w for k, w in held_windows.items() if any((s["rule_id"], s["transaction_id"]) == k
+                                                               for s in samples)}
+        if shown and input_read is not None:  # ... and as the held watermark gives it (watermark_held)
+            texts = _with_texts(input_read, op, shown)
+            for s in samples:
+                if (s["rule_id"], s["transaction_id"]) in texts:
+                    s["r_window"], s["r_rule"] = texts[(s["rule_id"], s["transaction_id"])], s.get("l_rule")
         section = Section(name=op.name, left=str(backfill_ref), right=str(stream_ref), sides=("backfill", "stream"),
                           keys=cmp.keys, columns=cmp.columns, counts=counts, causes=cause_counts, samples=samples,
                           notes=notes)
@@ -609,6 +621,15 @@ def _window_of(plan: Plan, op: OperatorSpec) -> Callable[[DataFrame, int, int, i
     return window
 
 
+def _held_of(plan: Plan, op: OperatorSpec, processed: DataFrame
+             ) -> Callable[[list[tuple[int, int, int]]], dict[tuple[int, int, int], list[Any]]]:
+    """Evaluations (rule id, transaction partition, offset) replayed with a held watermark (§12.14)."""
+    from backfill.ops.rules import held_watermark
+
+    operator = next(o for o in plan.operators if o.name == op.name)
+    return lambda wanted: held_watermark(operator, processed, wanted)  # type: ignore[arg-type]
+
+
 def _transactions(processed: DataFrame, op: OperatorSpec) -> DataFrame:
     """A rules operator's transactions in its input as the run processes it."""
     assert op.rules is not None
@@ -623,7 +644,12 @@ def _windows(plan: Plan, op: OperatorSpec, processed: DataFrame, alerts_at: list
 
     operator = next(o for o in plan.operators if o.name == op.name)
     asked = [(int(r), int(p), int(o)) for r, p, o in alerts_at]
-    members = window_contents(operator, processed, asked)
+    return _with_texts(processed, op, window_contents(operator, processed, asked))  # type: ignore[arg-type]
+
+
+def _with_texts(processed: DataFrame, op: OperatorSpec, members: dict[Any, list[tuple[int, int, int]]]
+                ) -> dict[Any, list[dict[str, Any]]]:
+    """Windows of transactions (partition, offset, ts), each transaction with its text (`value`)."""
     inside = {(p, o) for ms in members.values() for p, o, _ in ms}
     texts: dict[tuple[int, int], str] = {}
     if inside:

@@ -326,3 +326,123 @@ def test_an_alert_of_the_other_rule_version_is_rule_version_differs(
     [section] = report["sections"]
     by = {(s["rule_id"], s["transaction_id"]): s["cause"] for s in section["samples"] if s["category"] != "match"}
     assert by[(extra["rule_id"], extra["transaction_id"])] == "unexplained"
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict[str, Any]], dict[str, Any]]:
+    """A scenario whose live job's watermark stopped at a transaction for the rest of the scenario (as an idle
+    input holds it back): (the job of the scenario, its operator, the alerts Flink raised with the watermark held,
+    the transaction it stopped at). Flink judges the scenario with its watermark after every element and with it
+    held at every third transaction; the hold chosen changes the most alerts."""
+    scenarios = [sc for sc in flink.generate(80, 17) if sc.compat == "intended" and _once(sc)]
+    variants = [(sc, i, dataclasses.replace(sc, id=1000 + n, hold=i))
+                for n, (sc, i) in enumerate((sc, i) for sc in scenarios for i, (kind, _) in enumerate(sc.events)
+                                            if kind == "transactions" and i % 3 == 0)]
+    judged = flink.judge([*scenarios, *[v for _, _, v in variants]])
+
+    def changed(variant: tuple[Any, int, Any]) -> int:
+        sc, _, v = variant
+        return len(set(judged[sc.id]) ^ set(judged[v.id]))
+
+    sc, hold, variant = max(variants, key=changed)
+    assert changed((sc, hold, variant)) >= 2, "no hold of the watermark changes an alert"
+    tmp = tmp_path_factory.mktemp("held")
+    job = flink.write_job(tmp, [sc])
+    ran = CliRunner().invoke(app, ["run", str(job), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    txs = [b for k, b in sc.events if k == "transactions"]
+    rows = [{"ruleId": rule_id, "key": key, "triggeringEvent": txs[int(p.split("@")[1])],
+             "triggeringValue": float(value)} for rule_id, key, p, value in judged[variant.id]]
+    return job, f"s{sc.id}", rows, sc.events[hold][1]
+
+
+def test_an_alert_of_a_held_watermark_is_watermark_held(
+        held: tuple[Path, str, list[dict[str, Any]], dict[str, Any]], tmp_path: Path) -> None:
+    """Flink's alerts with the watermark held against the backfill's (the watermark after every transaction):
+    every difference is `watermark_held`, its evidence the transaction the watermark stopped at (after the one
+    Flink's watermark last reached: its timers fired there), the alert's transaction and the transactions the held state kept; where the stream
+    has the alert, the held window aggregates by the rule to Flink's value. The same alert with a value no hold
+    gives stays unexplained."""
+    job, operator, rows, stopped = held
+    code, report = _verify(job, operator, rows, tmp_path, *MAP)
+    [section] = report["sections"]
+    differing = {c: n for c, n in section["counts"].items() if n and c != "match"}
+    assert differing, section["counts"]
+    assert {c: n for c, n in section["causes"].items() if n} == {"watermark_held": sum(differing.values())}
+    assert code == 0 and report["verdict"] == "explained"
+    read = [json.loads(line) for line in (job.parent / "inputs" / f"transactions{operator[1:]}.jsonl")
+            .read_text().splitlines()]
+    offset = {r["value"]["transactionId"]: r["offset"] for r in read}
+    for s in (s for s in section["samples"] if s["category"] != "match"):
+        assert "watermark held from the transaction" in s["detail"]
+        start, transaction, *kept = s["records"]
+        assert start["status"] == "watermark held from here" and start["offset"] > offset[stopped["transactionId"]]
+        assert transaction["status"] == "transaction" and kept
+        assert all(k["status"] == "kept: the run's watermark had evicted it" for k in kept)
+    by_row = {(r["ruleId"], str(r["triggeringEvent"]["transactionId"])): r for r in rows}
+    theirs = [s for s in section["samples"] if s["category"] != "match" and s["r_value"] is not None]
+    assert theirs
+    for s in theirs:
+        assert s["r_rule"] == s["l_rule"] and len(s["r_window"]) > len(s.get("l_window") or [])
+        _window_gives_flinks_value({"l_rule": s["r_rule"], "l_window": s["r_window"]},
+                                   by_row[(s["rule_id"], s["transaction_id"])])
+    extra = theirs[0]
+    wrong = [{**r, "triggeringValue": r["triggeringValue"] + 1000}
+             if (r["ruleId"], str(r["triggeringEvent"]["transactionId"])) == (extra["rule_id"], extra["transaction_id"])
+             else r for r in rows]
+    _, report = _verify(job, operator, wrong, tmp_path / "wrong", *MAP)
+    [section] = report["sections"]
+    by = {(s["rule_id"], s["transaction_id"]): s["cause"] for s in section["samples"] if s["category"] != "match"}
+    assert by[(extra["rule_id"], extra["transaction_id"])] == "unexplained"
+
+
+def test_the_held_replay_gives_flinks_alerts_of_each_held_watermark(spark: Any, tmp_path: Path) -> None:
+    """The replay `watermark_held` rests on (ops/rules.py `held_watermark`, docs/semantics.md §12.14), judged by
+    Flink on every scenario of a seed in which stopping the watermark at a transaction changes an alert (the latest
+    such stop of each): Flink's watermark reached that transaction and no later one, so held from the first
+    eviction after it, the replay gives, for every evaluation from there on (alert or not), exactly what Flink
+    raised with the watermark stopped; where no eviction lies between, the run's own evaluation is Flink's."""
+    from backfill.jobspec.load import load_job
+    from backfill.ops.rules import HOLDS_TRIED, held_watermark
+    from backfill.plan.builder import build_plan
+    from backfill.plan.evaluator import operator_rerun
+
+    scenarios = [sc for sc in flink.generate(80, 17) if sc.compat == "intended"]
+    variants = [(sc, dataclasses.replace(sc, id=1000 + n, hold=i))
+                for n, (sc, i) in enumerate((sc, i) for sc in scenarios for i, (kind, _) in enumerate(sc.events)
+                                            if kind == "transactions" and i % 3 == 0)]
+    judged = flink.judge([*scenarios, *[v for _, v in variants]])
+    by_id = {sc.id: sc for sc in scenarios}
+    held_at: dict[int, list[Any]] = {}  # per scenario, each stop of the watermark that changes an alert
+    for sc, v in variants:
+        if set(judged[v.id]) != set(judged[sc.id]):
+            held_at.setdefault(sc.id, []).append(v)
+    assert len(held_at) >= 5 and sum(map(len, held_at.values())) >= 20, held_at.keys()
+    plan = build_plan(load_job(flink.write_job(tmp_path, [by_id[i] for i in sorted(held_at)])), None, None)
+    evaluations = alerts_compared = 0
+    for sid, held in sorted(held_at.items()):
+        sc = by_id[sid]
+        processed, _ = operator_rerun(plan, spark, f"s{sid}")
+        operator = next(o for o in plan.operators if o.name == f"s{sid}")
+        txs = [b for k, b in sc.events if k == "transactions"]
+        rules = sorted({json.loads(b)["ruleId"] for k, b in sc.events if k == "rules" and "ruleId" in json.loads(b)})
+        found = held_watermark(operator, processed, [(r, 0, o) for r in rules for o in range(len(txs))])
+        ours = {(r, int(p.split("@")[1])): Decimal(value) for r, _, p, value in judged[sc.id]}
+        for v in held:
+            stopped = sum(k == "transactions" for k, _ in sc.events[:v.hold])  # the offset of its transaction
+            theirs = {(r, int(p.split("@")[1])): Decimal(value) for r, _, p, value in judged[v.id]}
+            for (rule_id, _, offset), tries in found.items():
+                if offset < stopped:
+                    continue
+                hold = [h for h in tries if h.hold[1] > stopped]
+                if len(hold) == HOLDS_TRIED:  # the eviction after the stop may be further back than those tried
+                    continue
+                if not hold:  # no eviction from the stop to here: the run's own evaluation, as Flink's per element
+                    assert theirs.get((rule_id, offset)) == ours.get((rule_id, offset)), (sid, rule_id, offset)
+                    continue
+                h = hold[-1]  # the earliest eviction after the stop (the list is latest first)
+                got = Decimal(h.value) if h.alerted else None
+                assert got == theirs.get((rule_id, offset)), (sid, v.hold, rule_id, offset, got, h)
+                evaluations += 1
+                alerts_compared += got is not None
+    assert evaluations >= 200 and alerts_compared >= 100, (evaluations, alerts_compared)

@@ -43,6 +43,8 @@ import org.apache.flink.util.Collector;
  * S  scenario  out_of_orderness_ms  compat(intended|demo)
  * R  scenario  ruleId  state(ACTIVE|PAUSE|DELETE)  keys(comma-separated)  field  aggregator  operator  limit  window_ms
  * C  scenario  control(CLEAR_STATE_ALL|DELETE_RULES_ALL|...)
+ * H  scenario  (the watermark stops here: none is emitted for the rest of the scenario, as when an idle input
+ *    holds it back; the timers due after this point do not fire)
  * T  scenario  partition@offset  event_time  txid  name=text ... (the fields rules name, as text)
  * </pre>
  * Output (stdout): {@code A scenario ruleId key partition@offset value} per alert, in emission order, then
@@ -92,6 +94,7 @@ public final class RulesHarness {
         private long maxTs = Long.MIN_VALUE;
         private long outOfOrderness;
         private boolean rulesSeen;
+        private boolean held;
 
         @Override
         public void onEvent(String line, long timestamp, WatermarkOutput output) {
@@ -100,6 +103,10 @@ public final class RulesHarness {
                 case "S":
                     outOfOrderness = Long.parseLong(f[2]);
                     rulesSeen = false;
+                    held = false;
+                    return;
+                case "H":
+                    held = true;
                     return;
                 case "R":
                 case "C":
@@ -111,7 +118,7 @@ public final class RulesHarness {
                 default:
                     throw new IllegalArgumentException("unknown line " + line);
             }
-            if (rulesSeen && maxTs != Long.MIN_VALUE) {
+            if (rulesSeen && maxTs != Long.MIN_VALUE && !held) {
                 output.emitWatermark(new Watermark(maxTs - outOfOrderness));
             }
         }
@@ -135,6 +142,8 @@ public final class RulesHarness {
                 case "S":
                     compat.put(sc, f[3]);
                     rules.put(sc, new TreeMap<>());
+                    return;
+                case "H":
                     return;
                 case "R": {
                     int id = Integer.parseInt(f[2]);

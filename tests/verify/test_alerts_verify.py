@@ -282,13 +282,8 @@ def raced(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
             break
     else:
         pytest.fail(f"no rule race ({side}) among the scenarios changes an alert")
-    tmp = tmp_path_factory.mktemp("raced")
-    job = flink.write_job(tmp, [sc])
-    ran = CliRunner().invoke(app, ["run", str(job), "--json"])
-    assert ran.exit_code == 0, ran.stderr
-    rows = [{"ruleId": rule_id, "key": key, "triggeringEvent": txs[int(p.split("@")[1])],
-             "triggeringValue": float(value)} for rule_id, key, p, value in judged[raced_sc.id]]
-    return job, f"s{sc.id}", rows, tx, side
+    job, operator, rows = _ran(tmp_path_factory.mktemp("raced"), sc, {sc.id: judged[raced_sc.id]})
+    return job, operator, rows, tx, side
 
 
 def test_an_alert_of_the_other_rule_version_is_rule_version_differs(
@@ -346,23 +341,17 @@ def held(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict
 
     sc, hold, variant = max(variants, key=changed)
     assert changed((sc, hold, variant)) >= 2, "no hold of the watermark changes an alert"
-    tmp = tmp_path_factory.mktemp("held")
-    job = flink.write_job(tmp, [sc])
-    ran = CliRunner().invoke(app, ["run", str(job), "--json"])
-    assert ran.exit_code == 0, ran.stderr
-    txs = [b for k, b in sc.events if k == "transactions"]
-    rows = [{"ruleId": rule_id, "key": key, "triggeringEvent": txs[int(p.split("@")[1])],
-             "triggeringValue": float(value)} for rule_id, key, p, value in judged[variant.id]]
-    return job, f"s{sc.id}", rows, sc.events[hold][1]
+    job, operator, rows = _ran(tmp_path_factory.mktemp("held"), sc, {sc.id: judged[variant.id]})
+    return job, operator, rows, sc.events[hold][1]
 
 
 def test_an_alert_of_a_held_watermark_is_watermark_held(
         held: tuple[Path, str, list[dict[str, Any]], dict[str, Any]], tmp_path: Path) -> None:
     """Flink's alerts with the watermark held against the backfill's (the watermark after every transaction):
     every difference is `watermark_held`, its evidence the transaction the watermark stopped at (after the one
-    Flink's watermark last reached: its timers fired there), the alert's transaction and the transactions the held state kept; where the stream
-    has the alert, the held window aggregates by the rule to Flink's value. The same alert with a value no hold
-    gives stays unexplained."""
+    Flink's watermark last reached: its timers fired there), the alert's transaction and the transactions the
+    held state kept; where the stream has the alert, the held window aggregates by the rule to Flink's value. The
+    same alert with a value no hold gives stays unexplained."""
     job, operator, rows, stopped = held
     code, report = _verify(job, operator, rows, tmp_path, *MAP)
     [section] = report["sections"]

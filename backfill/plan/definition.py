@@ -60,6 +60,10 @@ class Plan:
         """The plan of source `name`."""
         return next(s for s in self.sources if s.name == name)
 
+    def operator(self, name: str) -> Operator:
+        """The planned operator `name`."""
+        return next(o for o in self.operators if o.name == name)
+
     @property
     def given_order(self) -> bool:
         """True when the sources carry their recorded processing order (`order_by`), not flow control."""

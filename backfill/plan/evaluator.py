@@ -250,7 +250,7 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
     specs = plan.job.spec.operators
     done: dict[str, OperatorResult] = {}
     for spec in chain_order(specs):
-        op = next(o for o in plan.operators if o.name == spec.name)
+        op = plan.operator(spec.name)
         up = upstream(spec, specs)
         assert up is not None
         rows = {**results, **done}[up.name].forwarded_rows()
@@ -406,7 +406,7 @@ def ordered_records(plan: Plan, spark: SparkSession) -> DataFrame:
 def repartitioned_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
     """A re-keyed operator's repartition topic as its downstream tasks read it (for `verify`): the records
     in repartition coordinates with `st`, the operator's stream time with this record, and `_origin`."""
-    op = next(o for o in plan.operators if o.name == operator)
+    op = plan.operator(operator)
     assert op.spec is not None
     summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
     ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
@@ -417,7 +417,7 @@ def repartitioned_records(plan: Plan, spark: SparkSession, operator: str) -> Dat
 def join_records(plan: Plan, spark: SparkSession, operator: str) -> DataFrame:
     """A join's input records as it processed them in the run (for `verify`): task, seq, side, the join's and
     both stores' stream times at each record (ops/join.py `as_processed`)."""
-    op = next(o for o in plan.operators if o.name == operator)
+    op = plan.operator(operator)
     assert op.spec is not None
     summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
     ordered = _cut_cooldown(plan, _ordered(plan, _read_all(plan, spark, summary), summary))
@@ -428,7 +428,7 @@ def operator_windows(plan: Plan, spark: SparkSession, operator: str, spec: Any) 
     """An `emit: final` window operator's closed windows as the run computes them, but with the operator's
     job spec replaced by `spec` (for `verify`: the other final mechanism, docs/semantics.md §4.5); nothing is
     published."""
-    op = next(o for o in plan.operators if o.name == operator)
+    op = plan.operator(operator)
     other = dataclasses.replace(op, spec=spec)
     summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
     ordered = _ordered(plan, _read_all(plan, spark, summary), summary)
@@ -444,7 +444,7 @@ def operator_rerun(plan: Plan, spark: SparkSession,
     runs the operator over an adjusted copy of it and returns its output (for `verify`: what the operator gives
     had the input arrived otherwise, e.g. a rule message on the other side of a transaction, docs/semantics.md
     §12.12); nothing is published."""
-    op = next(o for o in plan.operators if o.name == operator)
+    op = plan.operator(operator)
     summary = RunSummary(run_id="verify", job=plan.job.spec.name, start=plan.start, end=plan.end)
     ordered = _ordered(plan, _read_all(plan, spark, summary), summary)
     _record_stats(plan, ordered, summary)

@@ -204,19 +204,18 @@ def _agrees(mine: dict[str, Any] | None, row: dict[str, Any], cmp: Comparison) -
     return True
 
 
-def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: DataFrame,
+def rule_versions(rows: list[dict[str, Any]], cmp: Comparison, spec: Any, processed: DataFrame,
                   rerun: Callable[[DataFrame], DataFrame], say: Callable[[str], None],
                   contents: Callable[[DataFrame, int, int, int], list[Any] | None] | None = None,
                   windows: dict[tuple[int, str], tuple[list[Any], str]] | None = None
                   ) -> tuple[DataFrame, str | None]:
-    """`rule_version_differs` evidence (docs/semantics.md §12.12): per differing alert, the operator rerun with
-    the nearest message of its rule moved to the other side of its transaction (each side tried; at most
-    MAX_RERUNS reruns in all); where the rerun gives the stream's side exactly, (rule_id, transaction_id,
-    `_vdetail`, `_vrecords`). And a note when the reruns did not reach every differing alert. With `contents`
+    """`rule_version_differs` evidence (docs/semantics.md §12.12): per differing alert (`rows`, `differing`), the
+    operator rerun with the nearest message of its rule moved to the other side of its transaction (each side
+    tried; at most MAX_RERUNS reruns in all); where the rerun gives the stream's side exactly, (rule_id,
+    transaction_id, `_vdetail`, `_vrecords`). And a note when the reruns did not reach every differing alert. With `contents`
     (the adjusted input, rule id, transaction partition, offset -> the window, §12.13), `windows` gets the
     window of each alert the rerun gives, by (rule_id, transaction_id): the stream's side as reproduced."""
-    spark = result.sparkSession
-    rows = _differing(result, cmp)
+    spark = processed.sparkSession
     axis, moves = _moves(processed, spec, [(r["rule_id"], r["transaction_id"]) for r in rows])
     by_key = {(r["rule_id"], r["transaction_id"]): r for r in rows}
     found: list[tuple[Any, ...]] = []
@@ -259,27 +258,27 @@ def rule_versions(result: DataFrame, cmp: Comparison, spec: Any, processed: Data
     return spark.createDataFrame(found, schema), note
 
 
-def _differing(result: DataFrame, cmp: Comparison) -> list[dict[str, Any]]:
-    """The differing alerts a rerun may explain (not copies), the first 200 in (rule_id, transaction_id) order."""
+def differing(result: DataFrame, cmp: Comparison) -> list[dict[str, Any]]:
+    """The differing alerts a rerun or a replay may explain (not copies), the first 200 in (rule_id,
+    transaction_id) order."""
     duplicate = cmp.label("duplicate")
     return [r.asDict() for r in result.where((F.col("category") != MATCH) & (F.col("category") != duplicate))
             .orderBy(*KEYS).limit(200).collect()]
 
 
-def held_watermarks(result: DataFrame, cmp: Comparison, spec: Any, processed: DataFrame,
+def held_watermarks(rows: list[dict[str, Any]], cmp: Comparison, spec: Any, processed: DataFrame,
                     held: Callable[[list[tuple[int, int, int]]], dict[tuple[int, int, int], list[Any]]],
                     windows: dict[tuple[int, str], list[tuple[int, int, int]]] | None = None
                     ) -> tuple[DataFrame, str | None]:
-    """`watermark_held` evidence (docs/semantics.md §12.14): per differing alert, its rule's evaluation of its
+    """`watermark_held` evidence (docs/semantics.md §12.14): per differing alert (`rows`), its rule's evaluation of its
     transaction replayed with the watermark held from each of the latest evictions before it (`held`: ops/rules.py
     `held_watermark`); where one gives the stream's side exactly, (rule_id, transaction_id, `_hdetail`,
     `_hrecords`): the transaction the watermark stopped at, the alert's, and the transactions the held state still
     had that the run's watermark had evicted. A transaction id on more than one record is not tried. With
     `windows`, the held evaluation's window (partition, offset, ts) by (rule_id, transaction_id). And a note when
     some differing alerts were not replayed."""
-    spark = result.sparkSession
+    spark = processed.sparkSession
     schema = f"rule_id long, transaction_id string, _hdetail string, _hrecords array<{RECORD}>"
-    rows = _differing(result, cmp)
     ids = sorted({r["transaction_id"] for r in rows})
     if not ids:
         return spark.createDataFrame([], schema), None

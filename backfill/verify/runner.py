@@ -521,12 +521,13 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
                 input_read, rerun = operator_rerun(plan, spark, op.name)
             ledgered = _ledgered_transactions(spark, plan, op, input_read) if counts[cmp.label("extra")] else None
             if input_read is not None and rerun is not None:
-                versions, tried = alerts.rule_versions(result, cmp, op.rules, input_read, rerun,
+                rows = alerts.differing(result, cmp)  # what the reruns and the replays below may explain
+                versions, tried = alerts.rule_versions(rows, cmp, op.rules, input_read, rerun,
                                                        lambda line: progress(f"{op.name}: {line}"),
                                                        _window_of(plan, op), stream_windows)
                 if tried:
                     notes_first.append(tried)
-                holds, unheld = alerts.held_watermarks(result, cmp, op.rules, input_read,
+                holds, unheld = alerts.held_watermarks(rows, cmp, op.rules, input_read,
                                                        _held_of(plan, op, input_read), held_windows)
                 if unheld:
                     notes_first.append(unheld)
@@ -553,8 +554,8 @@ def verify_alerts(spark: SparkSession, plan: Plan, target: Target, maps: dict[st
         for s in samples:  # the stream's alert as the rerun that gives it reproduces it (rule_version_differs)
             if (s["rule_id"], s["transaction_id"]) in stream_windows:
                 s["r_window"], s["r_rule"] = stream_windows[(s["rule_id"], s["transaction_id"])]
-        shown = {k: w for k, w in held_windows.items() if any((s["rule_id"], s["transaction_id"]) == k
-                                                               for s in samples)}
+        sampled = {(s["rule_id"], s["transaction_id"]) for s in samples}
+        shown = {k: w for k, w in held_windows.items() if k in sampled}
         if shown and input_read is not None:  # ... and as the held watermark gives it (watermark_held)
             texts = _with_texts(input_read, op, shown)
             for s in samples:
@@ -626,7 +627,7 @@ def _held_of(plan: Plan, op: OperatorSpec, processed: DataFrame
     """Evaluations (rule id, transaction partition, offset) replayed with a held watermark (§12.14)."""
     from backfill.ops.rules import held_watermark
 
-    operator = next(o for o in plan.operators if o.name == op.name)
+    operator = plan.operator(op.name)
     return lambda wanted: held_watermark(operator, processed, wanted)  # type: ignore[arg-type]
 
 
@@ -642,7 +643,7 @@ def _windows(plan: Plan, op: OperatorSpec, processed: DataFrame, alerts_at: list
     transactions (ops/rules.py `window_contents`), each with partition, offset, ts and its text (`value`)."""
     from backfill.ops.rules import window_contents
 
-    operator = next(o for o in plan.operators if o.name == op.name)
+    operator = plan.operator(op.name)
     asked = [(int(r), int(p), int(o)) for r, p, o in alerts_at]
     return _with_texts(processed, op, window_contents(operator, processed, asked))  # type: ignore[arg-type]
 
@@ -814,7 +815,7 @@ def _stream_suites(stream: DataFrame, op: OperatorSpec, plan: Plan) -> list[dict
         w = TimeWindows.of(op.aggregate.window)
         frame, checks = window_frame(stream, w), window_checks(w, stream.columns)
     else:  # the operator's own window checks (sliding: length D, ts inside; sessions: start <= end == ts)
-        planned = next(o for o in plan.operators if o.name == op.name).output_suite(stream)
+        planned = plan.operator(op.name).output_suite(stream)
         assert planned is not None
         frame, checks = planned.frame, [c for c in planned.checks if c.args.get("column") in planned.frame.columns]
     return [_suite(frame, checks, f"{op.name}.stream", f"streaming output of {op.name}"),

@@ -324,25 +324,33 @@ def test_an_alert_of_the_other_rule_version_is_rule_version_differs(
 
 
 @pytest.fixture(scope="module")
-def held(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[dict[str, Any]], dict[str, Any]]:
-    """A scenario whose live job's watermark stopped at a transaction for the rest of the scenario (as an idle
-    input holds it back): (the job of the scenario, its operator, the alerts Flink raised with the watermark held,
-    the transaction it stopped at). Flink judges the scenario with its watermark after every element and with it
-    held at every third transaction; the hold chosen changes the most alerts."""
-    scenarios = [sc for sc in flink.generate(80, 17) if sc.compat == "intended" and _once(sc)]
-    variants = [(sc, i, dataclasses.replace(sc, id=1000 + n, hold=i))
+def held_variants() -> tuple[list[tuple[Any, Any]], dict[Any, Any]]:
+    """Flink's alerts (seed 17, intended scenarios) with the watermark after every element and, per scenario,
+    with it stopped at every third transaction for the rest of the scenario (as an idle input holds it back):
+    ([(scenario, the scenario with a hold)], the alerts of each by id)."""
+    scenarios = [sc for sc in flink.generate(80, 17) if sc.compat == "intended"]
+    variants = [(sc, dataclasses.replace(sc, id=1000 + n, hold=i))
                 for n, (sc, i) in enumerate((sc, i) for sc in scenarios for i, (kind, _) in enumerate(sc.events)
                                             if kind == "transactions" and i % 3 == 0)]
-    judged = flink.judge([*scenarios, *[v for _, _, v in variants]])
+    return variants, flink.judge([*scenarios, *[v for _, v in variants]])
 
-    def changed(variant: tuple[Any, int, Any]) -> int:
-        sc, _, v = variant
-        return len(set(judged[sc.id]) ^ set(judged[v.id]))
 
-    sc, hold, variant = max(variants, key=changed)
-    assert changed((sc, hold, variant)) >= 2, "no hold of the watermark changes an alert"
+@pytest.fixture(scope="module")
+def held(held_variants: tuple[list[tuple[Any, Any]], dict[Any, Any]], tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[Path, str, list[dict[str, Any]], dict[str, Any]]:
+    """A scenario whose live job's watermark stopped at a transaction: (the job of the scenario, its operator, the
+    alerts Flink raised with the watermark stopped, the transaction it stopped at); of the scenarios whose
+    transaction ids are unique, the hold that changes the most alerts."""
+    variants, judged = held_variants
+
+    def changed(variant: tuple[Any, Any]) -> int:
+        sc, v = variant
+        return len(set(judged[sc.id]) ^ set(judged[v.id])) if _once(sc) else 0
+
+    sc, variant = max(variants, key=changed)
+    assert changed((sc, variant)) >= 2, "no hold of the watermark changes an alert"
     job, operator, rows = _ran(tmp_path_factory.mktemp("held"), sc, {sc.id: judged[variant.id]})
-    return job, operator, rows, sc.events[hold][1]
+    return job, operator, rows, sc.events[variant.hold][1]
 
 
 def test_an_alert_of_a_held_watermark_is_watermark_held(
@@ -385,7 +393,8 @@ def test_an_alert_of_a_held_watermark_is_watermark_held(
     assert by[(extra["rule_id"], extra["transaction_id"])] == "unexplained"
 
 
-def test_the_held_replay_gives_flinks_alerts_of_each_held_watermark(spark: Any, tmp_path: Path) -> None:
+def test_the_held_replay_gives_flinks_alerts_of_each_held_watermark(
+        held_variants: tuple[list[tuple[Any, Any]], dict[Any, Any]], spark: Any, tmp_path: Path) -> None:
     """The replay `watermark_held` rests on (ops/rules.py `held_watermark`, docs/semantics.md §12.14), judged by
     Flink on every scenario of a seed in which stopping the watermark at a transaction changes an alert (the latest
     such stop of each): Flink's watermark reached that transaction and no later one, so held from the first
@@ -396,12 +405,8 @@ def test_the_held_replay_gives_flinks_alerts_of_each_held_watermark(spark: Any, 
     from backfill.plan.builder import build_plan
     from backfill.plan.evaluator import operator_rerun
 
-    scenarios = [sc for sc in flink.generate(80, 17) if sc.compat == "intended"]
-    variants = [(sc, dataclasses.replace(sc, id=1000 + n, hold=i))
-                for n, (sc, i) in enumerate((sc, i) for sc in scenarios for i, (kind, _) in enumerate(sc.events)
-                                            if kind == "transactions" and i % 3 == 0)]
-    judged = flink.judge([*scenarios, *[v for _, v in variants]])
-    by_id = {sc.id: sc for sc in scenarios}
+    variants, judged = held_variants
+    by_id = {sc.id: sc for sc, _ in variants}
     held_at: dict[int, list[Any]] = {}  # per scenario, each stop of the watermark that changes an alert
     for sc, v in variants:
         if set(judged[v.id]) != set(judged[sc.id]):

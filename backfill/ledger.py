@@ -5,6 +5,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.jobspec.rekeys import NOT_REPARTITIONED
+
 LEDGER_SCHEMA = T.StructType([
     T.StructField("source", T.StringType()), T.StructField("topic", T.StringType()),
     T.StructField("partition", T.IntegerType()), T.StructField("offset", T.LongType()),
@@ -42,7 +44,7 @@ def ledger_rows(df: DataFrame, *, reason: Column | str, operator: str | None = N
         where = [F.coalesce(F.col(f"_origin.{c}"), F.col(c)).alias(c) for c in names]
         # a join input copied into a re-keyed join's tasks keeps its topic: nothing to say
         rekeyed = F.when(F.col("_origin").isNotNull() & ~F.col("topic").eqNullSafe(F.col("_origin.topic")), F.when(
-            F.col("partition").isNull(), F.lit("group_by gave a null key: not repartitioned")).otherwise(
+            F.col("partition").isNull(), F.lit(NOT_REPARTITIONED)).otherwise(
             F.concat(F.lit("re-keyed to "), F.col("topic"), F.lit("/"), F.col("partition").cast("string"))))
         detail = rekeyed if detail is None else F.coalesce(detail, rekeyed)
     return df.select(

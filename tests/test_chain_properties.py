@@ -3,7 +3,7 @@
 One Spark run per example: many scenarios, each in its own partition (its own task), and one job of chains
 over the same three co-partitioned sources: hopping updates read by a filtered window and by a re-keyed table,
 a stream-table join re-keyed by the table's value (null new keys), a stream-stream join (pairs and unmatched
-rows) read by session windows, a deleting fold read by a table (tombstones are null values), session updates
+rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a table (tombstones are null values), session updates
 read by a window. Timestamps go backwards, tie and jump; keys and values are sometimes null.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
+from backfill.reference.repartition import partition_for
 from tests.golden.harness import run_job
 from tests.seeds import SEEDS, property_settings
 
@@ -28,11 +29,16 @@ BATCHES = int(os.environ.get("CHAIN_BATCHES", "1"))
 SETTINGS = property_settings(2, env="CHAIN_EXAMPLES")
 PARTITIONS = 24
 STEPS = [0, 0, 1, 1, 2, 3, 5, -2, -6, 15]
-SOURCES = ("s", "t", "u", "v")  # v: s with each key in one partition only (final windows are unique per key)
+# v: s with each key in one partition only (final windows are unique per key); w: u as a keyed producer writes
+# it (each key in the partition murmur2 gives it), the table of a join over re-keyed rows
+SOURCES = ("s", "t", "u", "v", "w")
 WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as string))"
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
-             "slfin", "slfin_count")
+             "slfin", "slfin_count", "sj_table", "sj_join")
+# a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
+# side
+REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
 
 
 def timelines(seed: int) -> dict[str, list[dict[str, Any]]]:
@@ -53,6 +59,12 @@ def timelines(seed: int) -> dict[str, list[dict[str, Any]]]:
             offsets[name] += 1
     out["v"] = [{**r, "topic": "v", "key": None if r["key"] is None else f"{r['key']}{r['partition']}"}
                 for r in out["s"]]
+    placed: dict[int, int] = {}
+    out["w"] = []
+    for r in out["u"]:
+        p = r["partition"] if r["key"] is None else partition_for(r["key"].encode(), PARTITIONS)
+        out["w"].append({**r, "topic": "w", "partition": p, "offset": placed.setdefault(p, 0)})
+        placed[p] += 1
     return out
 
 
@@ -106,6 +118,14 @@ def _job(seed: int) -> str:
                  f"aggregations: {{n: count()}}, emit: final, close: {sliding_close}}}",
         "slfin_count": "aggregate: {input: slfin, aggregations: {rows: count(), order: "
                        f"{trail % WINDOW_TEXT}}}, emit: updates}}",
+        # joins over an operator, through their repartition topics (docs/semantics.md §18.5)
+        "sj_table": f"join: {{left: sj, table: w, how: {rng.choice(['inner', 'left'])}, "
+                    f"group_by: {{left: \"{REKEY}\"}}, "
+                    "value: \"concat(left.value, '@', coalesce(right.value, '-'))\"}",
+        "sj_join": f"join: {{left: sj, right: t, how: {rng.choice(['inner', 'left', 'outer'])}, "
+                   f"group_by: {{left: \"{REKEY}\", right: key}}, "
+                   f"window: {{before: 3ms, after: 2ms, grace: {g[2]}ms}}, "
+                   "value: \"concat(coalesce(left.value, '-'), '@', coalesce(right.value, '-'))\"}",
     }
     sources = "".join(f"  {name}: {{format: jsonl, path: inputs/{name}.jsonl, value: {{format: string}}, "
                       f"partitions: {PARTITIONS}}}\n" for name in SOURCES)
@@ -141,5 +161,9 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
                    for name in chained)
         assert sum(len(oracle.outputs[name]) for name in chained) > 200  # not vacuous
         assert all(oracle.outputs[name] for name in ("fin_by_n", "fin_window", "sfin_count", "slfin_count"))
+        for name in ("sj_table", "sj_join"):  # rows of the chained joins that met the other side (a tiny example
+            # may have none)
+            assert len(oracle.outputs["sj"]) < 40 or any(not r["value"].endswith("@-") for r in oracle.outputs[name]), \
+                name
 
     check()

@@ -70,11 +70,19 @@ def test_an_input_that_is_neither_a_source_nor_an_operator_is_refused(tmp_path):
     assert "sources are: s; operators are: a, b" in line
 
 
-def test_a_join_over_an_operator_is_refused(tmp_path):
+def test_a_join_over_an_operator_it_does_not_rekey_is_refused(tmp_path):
     join = ("join: {left: a, right: s, how: inner, window: {before: 1s, after: 1s, grace: 0ms}, "
             "value: \"concat(left.value, right.value)\"}")
     line = _refused(_job(tmp_path, {"a": _agg("s"), "j": join}))
-    assert "operators.j.join: reads operator 'a'; only an aggregate may read an operator's output yet" in line
+    assert ("operators.j.join.left: reads operator 'a' without a re-key; a join reads an operator through a "
+            "repartition topic only: add group_by: {left: <new key>}") in line
+
+
+def test_a_join_of_two_operators_is_refused(tmp_path):
+    join = ("join: {left: a, right: b, how: inner, group_by: key, window: {before: 1s, after: 1s, grace: 0ms}, "
+            "value: \"concat(left.value, right.value)\"}")
+    line = _refused(_job(tmp_path, {"a": _agg("s"), "b": _agg("s"), "j": join}))
+    assert "operators.j.join: both inputs are operators; a join may read one operator, the other input a source" in line
 
 
 @pytest.mark.parametrize("close", ["on_window_close", "suppress"])

@@ -1,4 +1,5 @@
-"""Re-keyed joins (`join.group_by`, docs/semantics.md §13): `selectKey` before a stream-stream join.
+"""Re-keyed joins (`join.group_by`, docs/semantics.md §13): `selectKey` before a stream-stream join (and, in the
+property test, before a stream-table join, §17.7).
 
 A re-keyed input goes through its repartition topic (murmur2 of the new key); an input kept as it is is read
 by the join's own tasks, its partitions merged with the repartition topic's by head timestamp. Golden
@@ -136,12 +137,19 @@ REKEYED = [("inner_l", "inner", f"{{left: {LETTER}}}", "{before: 5ms, after: 5ms
            ("left_both", "left", LETTER, "{before: 0ms, after: 10ms, grace: 0ms}")]
 
 
+# stream-table joins whose stream is re-keyed (docs/semantics.md §17.7): `right` read as a table
+TABLE_REKEYED = [("table_inner", "inner", f"{{left: {LETTER}}}"), ("table_left", "left", f"{{left: {LETTER}}}")]
+
+
 def _property_job() -> str:
     joiner = "concat(coalesce(left.value, '-'), '/', coalesce(right.value, '-'))"
     body = "".join(f"""  - name: {name}
     join: {{left: left, right: right, how: {how}, group_by: {by}, window: {window}, value: "{joiner}"}}
 """ for name, how, by, window in REKEYED)
-    sinks = "".join(f"  {name}: {{format: jsonl, path: out/{name}.jsonl}}\n" for name, *_ in REKEYED)
+    body += "".join(f"""  - name: {name}
+    join: {{left: left, table: right, how: {how}, group_by: {by}, value: "{joiner}"}}
+""" for name, how, by in TABLE_REKEYED)
+    sinks = "".join(f"  {name}: {{format: jsonl, path: out/{name}.jsonl}}\n" for name, *_ in REKEYED + TABLE_REKEYED)
     return f"""
 name: rekey-join-prop
 sources:
@@ -180,6 +188,9 @@ def test_spark_rekeyed_joins_equal_reference(tmp_path_factory, spark):
             assert _rows(fast.outputs.get(name, [])) == _rows(oracle.outputs[name]), name
             assert fast.summary["operators"][name]["incomplete_windows"] == \
                 len(oracle.summary["incomplete"][name]), name
+        for name, *_ in TABLE_REKEYED:
+            assert _rows(fast.outputs.get(name, [])) == _rows(oracle.outputs[name]), name
+            assert any(r["value"].split("/")[1] != "-" for r in oracle.outputs[name]), name  # some met the table
         assert _rows(fast.ledger) == _rows(oracle.ledger)
         assert sum(len(oracle.outputs[name]) for name, *_ in REKEYED) > 300  # not vacuous
         assert {r["reason"] for r in oracle.ledger} >= {"null_key"}

@@ -47,7 +47,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 27),
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 29),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
@@ -93,11 +93,14 @@ def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(
                 for task, recs in streams.items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    # windows of one start and several keys whose timestamps disagree with their key order are rare: this seed
-    # has them under both mechanisms in its first 200 scenarios
-    [(_, r)] = check.run_kind("chain", 200, 3, ["4.4.0"], ("reference",), None, tmp_path, None)
-    assert 0 < len(r.differences) < r.scenarios
-    assert {d.scenario.config["how"] for d in r.differences} == {"suppress", "close"}
+    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 3 has
+    # them under suppress in its first 200 scenarios, seed 4 on window close
+    found = []
+    for seed in (3, 4):
+        [(_, r)] = check.run_kind("chain", 200, seed, ["4.4.0"], ("reference",), None, tmp_path / str(seed), None)
+        assert 0 < len(r.differences) < r.scenarios
+        found += r.differences
+    assert {d.scenario.config["how"] for d in found} == {"suppress", "close"}
 
 
 def test_an_invalid_timestamp_policy_the_application_does_not_have_is_caught(monkeypatch: pytest.MonkeyPatch,

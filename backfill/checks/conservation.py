@@ -47,9 +47,10 @@ def conservation_rows(late: Mapping[str, int], counts: Mapping[str, OperatorCoun
 
 def check_chains(chained: Mapping[str, Mapping[str, Any]], counts: Mapping[str, OperatorCounts]) -> None:
     """A chained operator receives every row its upstream forwarded (docs/semantics.md §18.6): its records in
-    (filtered ones included) equal the rows counted on the upstream's output itself, not on what it read."""
+    (filtered ones included) equal the rows counted on the upstream's output itself, not on what it read (a
+    chained join's: less the records of the source it reads beside them, `beside`)."""
     for name, chain in chained.items():
-        got = counts[name].records_in
+        got = counts[name].records_in - chain.get("beside", 0)
         if got != chain["forwarded"]:
             raise PublishError(f"operators.{name}: conservation check failed ({got} records in, {chain['forwarded']} "
                                f"rows forwarded by operators.{chain['from']}); nothing was published")

@@ -91,8 +91,10 @@ def encode(scenarios: list[Scenario]) -> str:
             lines.append(f"S\t{sc.id}\tjoin\t{c['how']}\t{c['before']}\t{c['after']}\t{c['grace']}\t{int(c['eager'])}")
         lines.append(f"T\t{sc.id}")
         for rec in sc.order:
-            side = {"left": "L", "right": "R"}.get(rec["side"], "-")
-            lines.append("\t".join(["R", side, _field(rec["key"]), _field(sc.harness_value(rec)), str(rec["timestamp"])]))
+            side = {"left": "L", "right": "R", "third": "T"}.get(rec["side"], "-")
+            # a re-keyed scenario: the key and value the job has (scenarios.write_job)
+            key, value = rec.get("job_key", rec["key"]), rec.get("job_value", sc.harness_value(rec))
+            lines.append("\t".join(["R", side, _field(key), _field(value), str(rec["timestamp"])]))
         lines.append("E")
     return "\n".join(lines) + "\n"
 

@@ -230,16 +230,24 @@ def write_job(folder: Path, scenarios: list[Scenario], name: str = "conformance"
                    f"{{extractor: field, field: t, on_invalid: {ON_INVALID[p]}}}",
                    [sc for sc in scenarios if sc.config["policy"] == p]) for p in topologies.POLICIES]
     sources = []
+    if kind == "chain":  # an enrichment chain's second table
+        inputs.append(("third", "scenarios_t", "{extractor: record, on_invalid: fail}", scenarios))
+    for sc in scenarios:  # a re-keyed scenario's keys as this job's partitioner needs them (the judge gets them too)
+        if topologies.rekeyed(sc.config):
+            for r in sc.records:
+                r["job_key"], r["job_value"] = topologies.as_written(kind, sc.config, sc.id, partitions, r["side"],
+                                                                     r["key"], r["value"])
     for side, source, timestamp, held in inputs:
-        rows = [{"topic": source, "partition": sc.id, "offset": r["offset"], "key": r["key"], "value": r["value"],
-                 "timestamp": r["timestamp"]} for sc in held for r in sc.records if r["side"] == side]
+        rows = [{"topic": source, "partition": sc.id, "offset": r["offset"], "key": r.get("job_key", r["key"]),
+                 "value": r.get("job_value", r["value"]), "timestamp": r["timestamp"]} for sc in held
+                for r in sc.records if r["side"] == side]
         (folder / "in" / f"{source}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         sources.append(f"  {source}: {{format: jsonl, path: in/{source}.jsonl, value: {value}, "
                        f"timestamp: {timestamp}, partitions: {partitions}}}")
     operators, sinks = [], []
     for op, c in sorted({sc.operator: sc.config for sc in scenarios}.items()):
         if kind in topologies.KINDS:
-            read = {**sides, "input": topologies.source_of(kind, c, sides.get("input", ""))}
+            read = {**sides, "third": "scenarios_t", "input": topologies.source_of(kind, c, sides.get("input", ""))}
             operators.append(topologies.operator_yaml(kind, op, c, read))
         elif windowed:
             merge = f", merge: \"{MERGE}\"" if kind == "session" else ""

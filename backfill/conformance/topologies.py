@@ -39,7 +39,10 @@ def configs(kind: str) -> list[dict[str, Any]]:
                                                                                          (12, 5, 2))] + [
             # session (gap: size) and sliding (time difference: size) windows' final rows, by either mechanism
             {"up": up, "how": e, "size": s, "advance": s, "grace": g, "before": 0, "after": 0, "jgrace": 0}
-            for up in ("sess", "slide") for e in ("suppress", "close") for s, g in ((3, 0), (6, 2))]
+            for up in ("sess", "slide") for e in ("suppress", "close") for s, g in ((3, 0), (6, 2))] + [
+            # the enrichment chain: a stream-table join's rows re-keyed by their region and joined with a table
+            {"up": "rtjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
+            for h in ("inner", "left")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -49,7 +52,57 @@ def configs(kind: str) -> list[dict[str, Any]]:
     out = [{"how": h, "history": -1, "grace": 0, "filter": f} for h in ("inner", "left") for f in ("-", "l3")]
     out += [{"how": h, "history": hist, "grace": g, "filter": "-"} for h in ("inner", "left")
             for hist, g in ((10, 0), (30, 0), (10, 4), (20, 6))]
-    return out
+    # the stream re-keyed before the join (selectKey; a repartition topic): to a letter of its value's number
+    return out + [{"how": h, "history": hist, "grace": 0, "filter": "-", "rekey": "val"} for h in ("inner", "left")
+                  for hist in (-1, 10)]
+
+
+# a re-keyed scenario's letters a, b, c as keys of its own partition (murmur2 of the key modulo the job's
+# partition count is the scenario's id): its table's keys are those, and every stream record's key the three of
+# them, WIDTH characters each, of which the re-key takes the one its value's number picks
+WIDTH = 7  # a letter, a dot, five digits (_keyed)
+REKEY = f"substr(key, (cast(substr(value, 2) as int) % 3) * {WIDTH} + 1, {WIDTH})"
+
+
+REGION_END = "~"  # a drawn region key ends so (then comes the scenario's number)
+
+
+def rekeyed(config: dict[str, Any]) -> bool:
+    """Whether a configuration re-keys a stream before a join (a chain rtjoin: the join's rows)."""
+    return config.get("rekey", "-") != "-" or config.get("up") == "rtjoin"
+
+
+def as_written(kind: str, config: dict[str, Any], scenario: int, partitions: int, side: str, key: Any,
+               value: Any = None) -> tuple[Any, Any]:
+    """A re-keyed scenario's record's key and value in the job and for the judge, made keys of the scenario's
+    own partition (murmur2 of the key modulo the job's partition count is its id; a key as drawn is a letter or
+    region and the scenario's number). A table join's: the table's key, its letter's key; every stream record's
+    key the three letters' keys. A chain rtjoin's: a region value of the first table, and a key of the second,
+    the region's key."""
+    assert rekeyed(config)
+    if kind == "chain":
+        if side == "right" and value is not None:
+            return key, _keyed(value, scenario, partitions)
+        if side == "third" and key is not None:
+            return _keyed(key.split(REGION_END)[0], scenario, partitions), value
+        return key, value
+    letters = _letters(scenario, partitions)
+    if side == "left":
+        return "".join(letters.values()), value
+    return (None if key is None else letters[key[0]]), value
+
+
+def _keyed(text: str, scenario: int, partitions: int) -> str:
+    """The first `<text>.<five digits>` the partitioner puts in `scenario`."""
+    from backfill.reference.repartition import partition_for
+
+    n = next(i for i in range(10 ** 6) if partition_for(f"{text}.{i:05d}".encode(), partitions) == scenario)
+    return f"{text}.{n:05d}"
+
+
+def _letters(scenario: int, partitions: int) -> dict[str, str]:
+    """Each letter's key (WIDTH characters) in `scenario`."""
+    return {letter: _keyed(letter, scenario, partitions) for letter in "abc"}
 
 
 def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -61,6 +114,8 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     out: list[dict[str, Any]] = []
     recent: list[int] = []
     sides = (("left", "l"),) if config.get("up") in WINDOW_UPS else (("right", "t"), ("left", "l"))
+    if config.get("up") == "rtjoin":  # the second table: keyed by region (REGION_END: see as_written)
+        sides += (("third", "c"),)
     for side, prefix in sides:
         for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
             roll = rng.random()
@@ -73,9 +128,13 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
             if kind == "chain" and value is not None:
                 if side == "left":
                     value = f"{rng.randint(-3, 9)},{rng.choice('xyz')}"
-                elif config["up"] == "tjoin":
+                elif config["up"] in ("tjoin", "rtjoin") and side == "right":
                     value = rng.choice(["r1", "r2", "r2", "x"])
-            out.append({"side": side, "offset": offset, "key": rng.choice(keys), "value": value, "timestamp": ts})
+            key = rng.choice(keys)
+            if side == "third":
+                key = rng.choice(["r1", "r2", "x", "r1", None])
+                key = None if key is None else key + REGION_END
+            out.append({"side": side, "offset": offset, "key": key, "value": value, "timestamp": ts})
     return out
 
 
@@ -119,8 +178,12 @@ def operator_yaml(kind: str, name: str, c: dict[str, Any], sources: dict[str, st
         where = f"\n      where: {{left: \"value != '{c['filter']}'\"}}" if c["filter"] != "-" else ""
         if c["how"] == "left" and c["grace"]:  # Kafka Streams 3.7+ fails on a null key there: filtered, as an
             where = "\n      where: {left: \"key is not null\"}"  # application must (the harness does too)
+        rekey = ""
+        if rekeyed(c):  # only the re-keyed scenarios' stream records (others would reach its tasks too)
+            where = f"\n      where: {{left: \"length(key) = {3 * WIDTH}\"}}"
+            rekey = f"\n      group_by: {{left: \"{REKEY}\"}}"
         return (f"  - name: {name}\n    join:\n      left: {sources['left']}\n      table: {sources['right']}\n"
-                f"      how: {c['how']}{versioned}{where}\n"
+                f"      how: {c['how']}{versioned}{where}{rekey}\n"
                 "      value: \"concat(coalesce(left.value, '-'), '|', coalesce(right.value, '-'))\"")
     where = f"\n      where: \"value.p != '{c['filter']}'\"" if c.get("filter", "-") != "-" else ""
     if kind == "table":
@@ -139,6 +202,13 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
     """A chain's two operators: what jvm/harness `Topologies#chain` builds with the DSL."""
     window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"] else
               f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
+    if c["up"] == "rtjoin":  # what Topologies#rekeyedTableJoin builds
+        up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
+              "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
+        down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
+                "      where: {left: \"length(value) > 6\"}\n      group_by: {left: \"substr(value, 3)\"}\n"
+                "      value: \"concat(left.value, '>', right.value)\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
     if c["up"] in WINDOW_UPS:
         if c["up"] == "sess":
             window = f"{{type: session, gap: {c['size']}ms, grace: {c['grace']}ms}}"
@@ -195,7 +265,7 @@ def harness_line(kind: str, sid: int, c: dict[str, Any]) -> str:
         return (f"S\t{sid}\tchain\t{c['up']}\t{c['how']}\t{c['size']}\t{c['advance']}\t{c['grace']}\t"
                 f"{c['before']}\t{c['after']}\t{c['jgrace']}")
     if kind == "table_join":
-        return f"S\t{sid}\ttjoin\t{c['how']}\t{c['history']}\t{c['grace']}\t{c['filter']}"
+        return f"S\t{sid}\ttjoin\t{c['how']}\t{c['history']}\t{c['grace']}\t{c['filter']}\t{c.get('rekey', '-')}"
     if kind == "table":
         return f"S\t{sid}\ttagg\t{c['agg']}\t{c['filter']}"
     return f"S\t{sid}\tagg\t{c['size']}\t{c['advance']}\t{c['grace']}\tupdates\tours\t-1\t{c['filter']}"
@@ -206,6 +276,8 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
+        if config.get("up") == "rtjoin":
+            return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])
     if kind == "table":

@@ -427,11 +427,13 @@ class JoinSpec(Strict):
             raise ValueError("@right: a join reads right (a stream, with a window) or table (a table), not both "
                              "and not neither")
         if self.table is not None:
-            for name, given in (("window", self.window is not None), ("eager", self.eager),
-                                ("group_by", self.group_by is not None)):
+            for name, given in (("window", self.window is not None), ("eager", self.eager)):
                 if given:
                     raise ValueError(f"@{name}: a stream-table join takes no {name} (the table holds the latest "
                                      "value per key); remove it")
+            if self.group_by is not None and self.group_by.right is not None:
+                raise ValueError("@group_by: a table is not re-keyed (a KTable has no selectKey); re-key the stream "
+                                 "only: group_by: {left: EXPR}")
             if self.how == "outer":
                 raise ValueError("@how: a stream-table join is inner or left (KStream#join / leftJoin(KTable))")
             return self

@@ -11,6 +11,9 @@ from backfill.errors import SpecError
 from backfill.jobspec.models import GroupBySpec, OperatorSpec
 
 SUFFIX = "-repartition"
+# the detail of the `null_key` ledger row of a record whose re-key gave a null key and that never reached the
+# repartition topic (docs/semantics.md §13)
+NOT_REPARTITIONED = "group_by gave a null key: not repartitioned"
 
 
 @dataclass(frozen=True)
@@ -40,19 +43,20 @@ def rekeys(op: OperatorSpec, null_keys_reach_join: bool = True) -> list[Rekey]:
     # a repartition before a left or outer join lets null keys through (both sides: the join drops those of
     # its inner side itself, after its stream time has seen them)
     relaxed = null_keys_reach_join and op.join.how != "inner"
-    sides = {"left": (op.join.left, op.join.group_by.left), "right": (op.join.right, op.join.group_by.right)}
+    sides = {"left": (op.join.left, op.join.group_by.left), "right": (op.join.other, op.join.group_by.right)}
     return [Rekey(op.name, source, spec, f"{op.name}-{side}{SUFFIX}", f"operators.{op.name}.join.group_by.{side}",
                   keep_null=relaxed)
             for side, (source, spec) in sides.items() if spec is not None]
 
 
 def join_streams(op: OperatorSpec) -> tuple[str, str]:
-    """The sources a join reads: its inputs, or, when it re-keys, its repartition topics and copies of the
-    inputs it keeps (read by the join's own tasks, merged with the repartition partitions)."""
+    """The sources a join reads (a stream-table join: its stream, then its table): its inputs, or, when it
+    re-keys, its repartition topics and copies of the inputs it keeps (read by the join's own tasks, merged with
+    the repartition partitions)."""
     assert op.join is not None
     spec = op.join
     if spec.group_by is None:
-        return spec.left, spec.right
+        return spec.left, spec.other
     return (f"{op.name}-left{SUFFIX if spec.group_by.left else ''}",
             f"{op.name}-right{SUFFIX if spec.group_by.right else ''}")
 
@@ -63,7 +67,7 @@ def copied(op: OperatorSpec) -> list[tuple[str, str]]:
         return []
     left, right = join_streams(op)
     return [(src, name) for src, name, spec in ((op.join.left, left, op.join.group_by.left),
-                                               (op.join.right, right, op.join.group_by.right)) if spec is None]
+                                               (op.join.other, right, op.join.group_by.right)) if spec is None]
 
 
 def stream_name(op: OperatorSpec) -> str:

@@ -81,11 +81,28 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
     if up is None:
         return None
     field = f"operators.{op.name}.{op.kind}"
-    if op.aggregate is None:
-        return (f"{field}: reads operator {up.name!r}; only an aggregate may read an operator's output yet (a "
-                "join or rules operator over a chained stream is not supported): read a source, or aggregate it")
     if up.rules is not None:
         return f"{field}.input: {up.name!r} is a rules operator, whose alerts are no stream here; read a source"
+    if op.rules is not None:
+        return (f"{field}: reads operator {up.name!r}; a rules operator over a chained stream is not supported: "
+                "read a source")
+    if op.join is None:
+        return None
+    read = [side for side, name in (("left", op.join.left), ("right", op.join.other)) if not op.reads_source(name)]
+    if len(read) > 1:
+        return f"{field}: both inputs are operators; a join may read one operator, the other input a source"
+    side = read[0]
+    other = "right" if side == "left" else "left"
+    if op.join.where is not None and getattr(op.join.where, other):
+        return (f"{field}.where.{other}: a filter on the source beside an operator is not supported yet; filter "
+                f"the source's topic before the job, or the operator's rows (where.{side})")
+    if op.join.table is not None and side == "right":
+        return (f"{field}.table: {up.name!r} is an operator; a table is read from a source (a table that an "
+                "operator computes is not supported yet)")
+    if op.join.group_by is None or getattr(op.join.group_by, side) is None:
+        return (f"{field}.{side}: reads operator {up.name!r} without a re-key; a join reads an operator through a "
+                f"repartition topic only: add group_by: {{{side}: <new key>}} (selectKey; a chained stream merged "
+                "with a source in one task is not modelled yet)")
     return None
 
 

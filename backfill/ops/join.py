@@ -92,7 +92,7 @@ class StreamJoin(Operator):
         if join_spec.left == join_spec.right:
             return cls(**base, implemented=False, not_implemented_reason=(
                 "self-joins (left and right the same source) are not implemented; declare the topic twice"))
-        formats = {s: job.spec.sources[s].key.format for s in spec.inputs}
+        formats = {s: job.spec.sources[s].key.format for s in spec.inputs if spec.reads_source(s)}
         if len(set(formats.values())) > 1 and join_spec.group_by is None:
             raise SpecError(f"{job.path}: operators.{spec.name}.join: key formats differ ({join_spec.left}: "
                             f"{formats[join_spec.left]}, {join_spec.right}: {formats[join_spec.right]}); "

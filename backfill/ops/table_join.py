@@ -27,6 +27,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
+from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
 from backfill.ops.expressions import joiner_sql
@@ -75,10 +76,12 @@ class TableJoin(Operator):
                             "filter the table's topic before the job, or filter the stream side (where.left)")
         if join.left == join.table:
             raise SpecError(f"{where}.table: the table and the stream are one source; declare the topic twice")
-        formats = {s: job.spec.sources[s].key.format for s in (join.left, join.table)}
-        if len(set(formats.values())) > 1:
-            raise SpecError(f"{where}: key formats differ ({join.left}: {formats[join.left]}, {join.table}: "
-                            f"{formats[join.table]}); a stream and its table share one key serde")
+        rekey = join.group_by.left if join.group_by is not None else None
+        if rekey is None:
+            formats = {s: job.spec.sources[s].key.format for s in (join.left, join.table)}
+            if len(set(formats.values())) > 1:
+                raise SpecError(f"{where}: key formats differ ({join.left}: {formats[join.left]}, {join.table}: "
+                                f"{formats[join.table]}); a stream and its table share one key serde")
         v = join.versioned
         text = (f"{join.how} with table {join.table}" + (
             f" (versioned: history {format_duration(v.history_retention)}, grace {format_duration(v.grace)})"
@@ -86,6 +89,8 @@ class TableJoin(Operator):
         why = ["a stream-table join: every record of both inputs is read, whatever the range (the table holds every "
                "key's latest value since the beginning); table records are put into the table as the task takes "
                "them, and emit nothing"]
+        if rekey is not None:
+            why += rekey_why(spec)
         return cls(name=spec.name, kind="join", inputs=(join.left, join.table), window=text, emit="updates",
                    sink=sink, spec=spec, index=index, profile=rules, why=tuple(why))
 
@@ -100,17 +105,27 @@ class TableJoin(Operator):
         assert self.spec is not None
         return [self.join_spec.value, *around(self.spec)]
 
+    @property
+    def streams(self) -> tuple[str, str]:
+        """The `source` of the stream's records and of the table's as the join's tasks read them: the job's
+        sources, or a re-keyed stream's repartition topic and the table read as it is (docs/semantics.md §17.7)."""
+        assert self.spec is not None
+        return join_streams(self.spec)
+
     def reads(self) -> frozenset[str] | None:
-        """`seq` (the task order) and `timestamp` (a joiner field)."""
-        return frozenset({"seq", "timestamp"})
+        """`seq` (the task order) and `timestamp` (a joiner field); `headers` only when the re-key names them."""
+        assert self.spec is not None
+        keys = [r.spec.key for r in rekeys(self.spec)]
+        return frozenset({"seq", "timestamp", *(["headers"] if any("headers" in k for k in keys) else [])})
 
     def stream_time_columns(self) -> dict[str, Column]:
         """A versioned table's store time (its accepted puts) and the join's own (stream records it takes)."""
         if self.join_spec.versioned is None:
             return {}
         live = F.col("_drop").isNull() & F.col("key").isNotNull()
-        return {f"{self.stream_time}_t": live & (F.col("source") == self.join_spec.table),
-                self.stream_time: live & (F.col("source") == self.join_spec.left) & F.col("value").isNotNull()}
+        stream, table = self.streams
+        return {f"{self.stream_time}_t": live & (F.col("source") == table),
+                self.stream_time: live & (F.col("source") == stream) & F.col("value").isNotNull()}
 
     def _forwards_null_keys(self) -> bool:
         """A left join forwards a null-key stream record with a null table side (3.7+, KIP-962)."""
@@ -118,9 +133,9 @@ class TableJoin(Operator):
 
     def count_columns(self, live: Column, late: dict[str, Column] | None = None) -> list[Column]:
         """Records in; skipped null keys (both inputs) and null values (stream); forwarded null keys."""
-        j = self.join_spec
         base = F.col("_drop").isNull() & live
-        stream, table = base & (F.col("source") == j.left), base & (F.col("source") == j.table)
+        left, right = self.streams
+        stream, table = base & (F.col("source") == left), base & (F.col("source") == right)
         null_key = F.col("key").isNull()
         forwarded = stream & null_key & F.col("value").isNotNull() & F.lit(self._forwards_null_keys())
         return [F.count(F.when(stream | table, 1)).alias(self.stat("in")),
@@ -151,12 +166,13 @@ class TableJoin(Operator):
     def run(self, processed: DataFrame, dropped: DataFrame, counts: OperatorCounts) -> OperatorResult:
         """One row per stream record joined (or, left, not); the ledger's null keys, null values, expired puts."""
         j = self.join_spec
-        recs = processed.where(F.col("source").isin(j.left, j.table) & F.col("_drop").isNull())
+        left, right = self.streams
+        recs = processed.where(F.col("source").isin(left, right) & F.col("_drop").isNull())
         st = self.stream_time
         store_time = F.col(f"{st}_t") if j.versioned is not None else F.lit(None).cast("long")
         recs = recs.withColumn("_store_time", store_time)
-        stream = recs.where(F.col("source") == j.left)
-        table = recs.where((F.col("source") == j.table) & F.col("key").isNotNull())
+        stream = recs.where(F.col("source") == left)
+        table = recs.where((F.col("source") == right) & F.col("key").isNotNull())
         joinable = stream.where(F.col("key").isNotNull() & F.col("value").isNotNull())
         v = j.versioned
         expired = table.where(F.lit(False))
@@ -193,9 +209,8 @@ class TableJoin(Operator):
 
     def _ledger(self, recs: DataFrame, expired: DataFrame) -> DataFrame:
         """Null keys (a stream record unless forwarded; every table record), null values, refused puts."""
-        j = self.join_spec
         st = F.col("_store_time")
-        stream = F.col("source") == j.left
+        stream = F.col("source") == self.streams[0]
         null_key = F.col("key").isNull() & ~(stream & F.col("value").isNotNull() & F.lit(self._forwards_null_keys()))
         return ledger_rows(recs.where(null_key), reason=NULL_KEY, operator=self.name, stream_time=st,
                            range_time=F.col("ts")).unionByName(

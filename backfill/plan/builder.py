@@ -5,7 +5,7 @@ from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.rekeys import subtopologies
-from backfill.jobspec.topology import feeders
+from backfill.jobspec.topology import feeders, upstream
 from backfill.ops.base import Operator
 from backfill.ops.filters import check_static
 from backfill.ops.registry import operator_for
@@ -78,8 +78,11 @@ def _source_plan(job: Job, name: str, rank: int, operators: tuple[Operator, ...]
                  start: int | None, end: int | None) -> SourcePlan:
     spec = job.spec.sources[name]
     readers = [op for op in operators if name in op.inputs]
-    feeding = feeders(job.spec.operators)  # what a chained operator reads is complete (docs/semantics.md §18.4)
-    everything = any(op.reads_all or op.name in feeding for op in readers)
+    # what a chained operator reads is complete, and so is a source a chained join reads beside its operator
+    # (docs/semantics.md §18.4)
+    feeding = feeders(job.spec.operators)
+    chained = {o.name for o in job.spec.operators if upstream(o, job.spec.operators) is not None}
+    everything = any(op.reads_all or op.name in feeding or op.name in chained for op in readers)
     closes = [op.close_time for op in readers if op.close_time is not None]
     ts = "record timestamp" if spec.timestamp.extractor == "record" else f"value field {spec.timestamp.field}"
     location = job.resolve(spec.path) if spec.path else f"kafka {spec.kafka.topic if spec.kafka else ''}"

@@ -32,6 +32,7 @@ from backfill.io.sources import read_source
 from backfill.ledger import CONFLICTING_OFFSET, INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
 from backfill.ops.join import as_processed
+from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
 from backfill.order import cooldown
@@ -198,10 +199,12 @@ def _ordered(plan: Plan, records: DataFrame, summary: RunSummary, stored: list[D
 
 
 def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekeyed: list[Operator],
-                       summary: RunSummary, stored: list[DataFrame], counts: dict[str, int] | None = None
-                       ) -> DataFrame:
+                       summary: RunSummary, stored: list[DataFrame], counts: dict[str, int] | None = None,
+                       beside: DataFrame | None = None) -> DataFrame:
     """The ordered records plus each re-keyed operator's repartition topics (and, for a join, the input it
-    reads as it is), ordered per downstream task; `counts`: partition counts of derived inputs (§18.3)."""
+    reads as it is), ordered per downstream task; `counts`: partition counts of derived inputs (§18.3);
+    `beside`: the source a chained join reads besides the operator, in the sources' order (not in `ordered`,
+    the chain's own records), re-keyed or read as it is (§18.5)."""
     declared = {s.name: (s.spec.partitions if s.spec is not None else None)
                 or summary.inputs.get(s.name, {}).get("partitions") for s in plan.sources}
     declared.update(counts or {})
@@ -219,7 +222,8 @@ def _with_repartitions(plan: Plan, records: DataFrame, ordered: DataFrame, rekey
         assert op.spec is not None
         n = partitions_of(op.spec, declared, observed)
         topics = rekeys(op.spec, op.profile.join_null_keys_reach_join)
-        upstream = ordered.where(_passes(op)) if _passes(op) is not None else ordered  # filtered before the topic
+        pool = ordered if beside is None else ordered.unionByName(beside, allowMissingColumns=True)
+        upstream = pool.where(_passes(op)) if _passes(op) is not None else pool  # filtered before the topic
         parts = [repartition(r, upstream, n, beyond) for r in topics]
         parts += [as_is(upstream, src, name, beyond) for src, name in copied(op.spec)]
         derived = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
@@ -279,16 +283,45 @@ def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary:
     else:
         upstream_order = order_records(records, {}, single_queue=True)
         counts = _input_counts(stage, ordered, summary)
-        chained = _with_repartitions(stage, records, upstream_order, [op], summary, stored, counts)
+        # a join's source input, re-keyed or read as it is by its tasks (§18.5), from the sources' order
+        kept = [src for src in op.spec.inputs if op.spec.reads_source(src)]
+        beside = ordered.where(F.col("source").isin(*kept)) if kept else None
+        if beside is not None:
+            _check_chained_values(op.spec, records, beside, kept[0])
+        chained = _with_repartitions(stage, records, upstream_order, [op], summary, stored, counts, beside)
     chained = chained.localCheckpoint(eager=False)
     stored.append(chained)
     check_declared(chained)
     return chained
 
 
+def _counted_inputs(plan: Plan, spec: OperatorSpec) -> list[str]:
+    """The `source` names of an operator's input records in the frame it is counted over: its inputs; for a
+    chained join, the rows it reads from the operator, and its source input as its tasks read it (a copy or a
+    repartition topic: the source's own records are counted by the sources' pass, docs/semantics.md §18.6)."""
+    up = upstream(spec, plan.job.spec.operators)
+    if up is None or spec.join is None:
+        return list(spec.inputs)
+    beside = [r.topic for r in rekeys(spec) if r.input != up.name] + [name for _, name in copied(spec)]
+    return [up.name, *beside]
+
+
+def _check_chained_values(spec: OperatorSpec, records: DataFrame, beside: DataFrame, source: str) -> None:
+    """A chained join's two inputs are one table in its tasks, as a job's sources are (_check_value_formats):
+    the operator's rows and the source must both have JSON (struct) values, or both plain ones."""
+    mine = isinstance(records.schema["value"].dataType, T.StructType)
+    theirs = isinstance(beside.schema["value"].dataType, T.StructType)
+    if mine != theirs:
+        what = {True: "a struct", False: "a plain value"}
+        raise SpecError(f"operators.{spec.name}.join: the rows it reads from an operator have {what[mine]} and source "
+                        f"{source!r} {what[theirs]}; its tasks read both as one table: give the upstream's value "
+                        "the source's kind (a JSON source, or a joiner that gives a string)")
+
+
 def _input_counts(stage: Plan, ordered: DataFrame, summary: RunSummary) -> dict[str, int]:
-    """The chained operator's input's partition count: its upstream's tasks (docs/semantics.md §18.3), from the
-    sources' partition counts (declared, else the largest partition + 1) and repartition topics."""
+    """The chained operator's inputs' partition counts: its upstream's tasks (docs/semantics.md §18.3), from the
+    sources' partition counts (declared, else the largest partition + 1) and repartition topics; a join's
+    source input's own."""
     specs = stage.job.spec.operators
     (op,) = stage.operators
     assert op.spec is not None
@@ -298,7 +331,8 @@ def _input_counts(stage: Plan, ordered: DataFrame, summary: RunSummary) -> dict[
                 .collect()}
     up = upstream(op.spec, specs)
     assert up is not None
-    return {up.name: task_count(up, specs, lambda name: declared.get(name) or max(observed.get(name, 0), 1))}
+    count = lambda name: declared.get(name) or max(observed.get(name, 0), 1)  # noqa: E731
+    return {up.name: task_count(up, specs, count), **{src: count(src) for src in op.spec.inputs if src != up.name}}
 
 
 def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary: RunSummary,
@@ -584,8 +618,8 @@ def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Colu
         if _passes(op) is not None:  # its filtered records, and every record of its inputs: counted apart
             assert op.spec is not None
             cols += [F.count(F.when(live & filters.filtered(op.spec), 1)).alias(op.stat("filtered")),
-                     F.count(F.when(live & F.col("source").isin(*op.spec.inputs) & F.col("_drop").isNull(), 1))
-                     .alias(op.stat("all"))]
+                     F.count(F.when(live & F.col("source").isin(*_counted_inputs(plan, op.spec))
+                                    & F.col("_drop").isNull(), 1)).alias(op.stat("all"))]
     # one topic per source iff one topic hash (string min/max would cost more than all other counts)
     # a record without a topic of its own (it got the source's default) and an unreadable one do not count
     defaults = [F.lit((s.spec.topic if s.spec is not None else None) or s.name) for s in plan.sources]
@@ -597,7 +631,7 @@ def stat_columns(plan: Plan, late: dict[str, Column] | None = None) -> list[Colu
 def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSummary) -> None:
     """The counting pass's rows into the summary and every operator's counts; fail on a fatal record, a
     source of several topics or inputs that are not co-partitioned (`ordered` is read only to say which)."""
-    copies = {name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
+    copies = {name: op.name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
@@ -611,12 +645,18 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     for r in rows:
         src = r["source"]
         if src in copies:  # a join input copied into a re-keyed join's tasks: counted as its source
+            if copies[src] in summary.chained:  # beside the rows a chained join reads (docs/semantics.md §18.6)
+                chain = summary.chained[copies[src]]
+                chain["beside"] = chain.get("beside", 0) + r["n"]
             continue
         if src in reads:  # an operator's forwarded rows (docs/semantics.md §18): counted as its output
             summary.chained[reads[src]]["records"] += r["n"]
             continue
         if src in summary.repartitions:  # a derived topic: its records are counted by their source already
             topic = summary.repartitions[src]
+            chain = summary.chained.get(topic["operator"])
+            if chain is not None and topic["from"] != chain["from"]:  # a chained join's source input, re-keyed
+                chain["beside"] = chain.get("beside", 0) + r["n"]
             what = "records" if r["task"] is not None else "null_keys"  # a null new key is never written
             topic[what] = topic.get(what, 0) + r["n"]
             continue

@@ -19,7 +19,7 @@ from backfill.errors import SourceError
 from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
-from backfill.jobspec.rekeys import copied, rekeys, repartition_count, subtopologies
+from backfill.jobspec.rekeys import NOT_REPARTITIONED, copied, rekeys, subtopologies
 from backfill.jobspec.topology import chain_order, task_count, upstream
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.filters import Filters
@@ -48,6 +48,9 @@ class ReferenceResult:
     incomplete: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     order: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # per re-keyed operator, each of its tasks' processing order: the input records (source, partition, offset)
+    # behind what its repartition topics and the inputs it reads as they are gave it (docs/semantics.md §13)
+    downstream_order: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     records_read: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)  # docs/semantics.md §7.2
     gaps: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -295,9 +298,10 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
     for task in sorted(queues_by_task):
         _run_task(job, task, queues_by_task[task], result, repartitions)
     for name, routes in repartitions.items():  # the downstream tasks, each reading its partitions
-        _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
+        if upstream(job.spec.operator(name), job.spec.operators) is None:
+            _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
     for op in chain_order(job.spec.operators):  # each after the operator it reads (docs/semantics.md §18)
-        _run_chained(job, op, result, partitions)
+        _run_chained(job, op, result, partitions, list(repartitions.get(op.name, {}).values()))
     _apply_range(job, result)
     result.duration_s = time.time() - started
     return result
@@ -344,10 +348,11 @@ def _routes(job: Job, partitions: dict[str, int]) -> dict[str, dict[str, Reparti
     routes: dict[str, dict[str, Repartition | AsIs]] = {}
     for op in job.spec.operators:
         topics = rekeys(op, rules.join_null_keys_reach_join)
-        if not topics or upstream(op, job.spec.operators) is not None:  # a chained re-key: _run_chained
+        if not topics:
             continue
-        n = repartition_count(op, lambda source: partitions.get(source) or 1)
-        routes[op.name] = {r.input: Repartition(r, n, ranks[r.input]) for r in topics}
+        # a chained join: its source input's records are routed here, _run_chained writes the operator's rows
+        n = task_count(op, job.spec.operators, lambda source: partitions.get(source) or 1)
+        routes[op.name] = {r.input: Repartition(r, n, ranks[r.input]) for r in topics if r.input in ranks}
         routes[op.name].update({src: AsIs(name, ranks[src]) for src, name in copied(op)})
     return routes
 
@@ -366,7 +371,8 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
                                   group=lambda q: groups.get(q.source, 0)):
         seq += 1
         for op in job.spec.operators:
-            if queue.source not in op.inputs or upstream(op, job.spec.operators) is not None:
+            if queue.source not in op.inputs or (upstream(op, job.spec.operators) is not None
+                                                 and queue.source not in repartitions.get(op.name, {})):
                 continue
             if result.filters is not None and not result.filters.passes(op.name, queue.source, rec):
                 continue  # KStream#filter: it never reaches the operator (docs/semantics.md §15)
@@ -382,10 +388,11 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
         agg.finish()
 
 
-def _run_chained(job: Job, op: OperatorSpec, result: ReferenceResult, partitions: dict[str, int]) -> None:
+def _run_chained(job: Job, op: OperatorSpec, result: ReferenceResult, partitions: dict[str, int],
+                 kept: list[Repartition | AsIs]) -> None:
     """An operator over another operator's forwarded rows (docs/semantics.md §18): in the task that forwarded
     them, in their order; a re-key writes them to its repartition topic from that task, the derived stream's own
-    partition time standing for the upstream's (§18.3)."""
+    partition time standing for the upstream's (§18.3). `kept`: a join's source input as its tasks read it."""
     up = upstream(op, job.spec.operators)
     assert up is not None
     streams = forwarded(up, result.released.get(up.name, result.outputs[up.name]))
@@ -400,14 +407,15 @@ def _run_chained(job: Job, op: OperatorSpec, result: ReferenceResult, partitions
             processor.finish()
         return
     n = task_count(op, job.spec.operators, lambda source: partitions.get(source) or 1)
-    topic = Repartition(topics[0], n, 0)
+    (rekey,) = [r for r in topics if r.input == up.name]
+    topic = Repartition(rekey, n, 0)
     for records in streams.values():
         partition_time = -1
         for rec in records:
             partition_time = max(partition_time, rec["ts"])
             if result.filters is None or result.filters.passes(op.name, up.name, rec):
                 _rekey(op, topic, rec, partition_time, result)
-    _run_downstream(job, op, [topic], result)
+    _run_downstream(job, op, [topic, *kept], result)
 
 
 def _rekey(op: OperatorSpec, topic: Repartition | AsIs, rec: dict[str, Any], partition_time: int,
@@ -420,7 +428,7 @@ def _rekey(op: OperatorSpec, topic: Repartition | AsIs, rec: dict[str, Any], par
     key = topic.new_key(rec)
     if key is None and not topic.rekey.keep_null:
         result.ledger.append(ledger_row({**rec, "key": None}, op.name, "null_key", rec["ts"], None, None,
-                                        detail="group_by gave a null key: not repartitioned", range_time=rec["ts"]))
+                                        detail=NOT_REPARTITIONED, range_time=rec["ts"]))
         return
     topic.write(rec, key, partition_time)
 
@@ -448,8 +456,10 @@ def _run_downstream(job: Job, op: OperatorSpec, topics: list[Repartition | AsIs]
         processor = _processor(op, q, result, rules)
         streams = [_Stream(t.name if isinstance(t, Repartition) else _topic_of(t.partition(q), t.name), t.rank,
                            t.partition(q)) for t in topics]
+        order = result.downstream_order.setdefault(op.name, {}).setdefault(q, [])
         for seq, (_, rec) in enumerate(_task_order(streams, given=False), 1):  # type: ignore[arg-type]
             processor.process(rec, seq)
+            order.append(dict(rec.get("_origin") or {c: rec[c] for c in ("source", "partition", "offset")}))
         processor.finish()
 
 

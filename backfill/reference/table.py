@@ -8,6 +8,7 @@ from typing import Any
 from backfill.jobspec.fields import JOINER_FIELDS
 from backfill.errors import SourceError
 from backfill.jobspec.models import FoldAggregation, OperatorSpec
+from backfill.jobspec.rekeys import join_streams
 from backfill.reference.expr import compile_aggregate, compile_fold, compile_scalar
 from backfill.reference.join import key_bytes
 from backfill.reference.records import ledger_row
@@ -63,7 +64,7 @@ class TableJoin:
         spec = op.join
         assert spec is not None and spec.table is not None
         self.op, self.task, self.result, self.rules = op, task, result, rules
-        self.stream, self.table = spec.left, spec.table
+        self.stream, self.table = join_streams(op)  # a re-keyed stream: its repartition topic (§17.7)
         self.inner = spec.how == "inner"
         self.joiner = compile_scalar(spec.value)
         self.versioned = spec.versioned

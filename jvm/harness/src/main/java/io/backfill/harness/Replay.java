@@ -87,17 +87,20 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       leftJoin(KTable)); history: -1 for a plain store, else a versioned store keeping that
  *                       much history (Stores.persistentVersionedKeyValueStore, 3.5+); grace: the join's
  *                       (Joined#withGracePeriod, 3.6+; 0: none); filter: '-' or a text: stream records whose
- *                       value contains it (or is null) never reach the join (KStream#filter)
+ *                       value contains it (or is null) never reach the join (KStream#filter); [rekey]: '-',
+ *                       or val: the stream re-keyed before the join (KStream#selectKey, a repartition topic)
+ *                       to one of the three keys its key holds, the one its value's number picks (l7: the
+ *                       second, 7 % 3; a null value: a null key)
  *   S id tagg aggregator filter                       groupByKey().aggregate without a window: count|sum of n|
  *                       fold of p (ours), or tomb (a fold of p whose step gives null when p is z: a delete);
  *                       filter as for tjoin, over the p of the value
  *   S id agg ... [aggregator [retention [filter]]]   a window aggregate after KStream#filter, as for tjoin
- *   S id chain up(tjoin|sjoin|agg|sess|slide) how size advance grace before after joingrace   an operator reading
+ *   S id chain up(tjoin|sjoin|agg|sess|slide|rtjoin) how size advance grace before after joingrace   an operator reading
  *                       what another forwards, in one task (Topologies#chain); how, before, after, joingrace: the join's
  *                       (up agg, sess, slide: how is -, suppress or close, the upstream's emit; size the gap or
  *                       time difference)
  *   T task                                                 a task: the records below, in processing order
- *   R side(L|R|-) key value ts                             value: n,p for aggregates (n may be \N)
+ *   R side(L|R|T|-) key value ts                           value: n,p for aggregates (n may be \N)
  *   E                                                      end of the task: replay it
  * Output (stdout): V version; O id task key start end value ts; K id task index n: the task's dropped-record
  *                       metric rose by n while the record at that index (0-based, in input order) was processed;
@@ -194,7 +197,8 @@ public final class Replay {
         boolean cached = cache > 0;
         StreamsBuilder builder = new StreamsBuilder();
         if (s[2].equals("tjoin")) {
-            Topologies.tableJoin(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), s[6], JOINER);
+            Topologies.tableJoin(builder, s[3], Long.parseLong(s[4]), Long.parseLong(s[5]), s[6],
+                s.length > 7 ? s[7] : "-", JOINER);
         } else if (s[2].equals("chain")) {
             Topologies.chain(builder, s[3], s[4], Long.parseLong(s[5]), Long.parseLong(s[6]), Long.parseLong(s[7]),
                 Long.parseLong(s[8]), Long.parseLong(s[9]), Long.parseLong(s[10]));
@@ -235,13 +239,16 @@ public final class Replay {
             StringSerializer ser = new StringSerializer();
             TestInputTopic<String, String> left = driver.createInputTopic("left", ser, ser);
             TestInputTopic<String, String> right = twoTopics ? driver.createInputTopic("right", ser, ser) : null;
+            // a chain rtjoin's second table (records T)
+            TestInputTopic<String, String> third = s[2].equals("chain") && s[3].equals("rtjoin")
+                ? driver.createInputTopic("third", ser, ser) : null;
             TestOutputTopic<String, String> output =
                 driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());
             long before = 0;
             List<String> heard = SkipLog.listen();
             for (int i = 0; i < records.size(); i++) {
                 String[] r = records.get(i);
-                TestInputTopic<String, String> topic = r[1].equals("R") ? right : left;
+                TestInputTopic<String, String> topic = r[1].equals("R") ? right : r[1].equals("T") ? third : left;
                 topic.pipeInput(new TestRecord<>(nullable(r[2]), nullable(r[3]), new RecordHeaders(), Long.parseLong(r[4])));
                 // the windows the record was refused for, and the stream time then, as the skipped-record log says
                 for (String said : heard) {

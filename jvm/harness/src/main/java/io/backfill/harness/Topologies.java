@@ -46,6 +46,9 @@ import org.apache.kafka.streams.state.WindowStore;
  * reports the missing API as the scenario's error.
  */
 final class Topologies {
+    /** A re-keyed stream record's key holds three keys of this width; its value's number picks one. */
+    static final int REKEY_WIDTH = 7;
+
     private Topologies() {
     }
 
@@ -58,9 +61,18 @@ final class Topologies {
     }
 
     static void tableJoin(StreamsBuilder builder, String how, long history, long grace, String filter,
-                          ValueJoiner<String, String, String> joiner) {
+                          String rekey, ValueJoiner<String, String, String> joiner) {
         KStream<String, String> stream = filtered(
             builder.stream("left", Consumed.with(Serdes.String(), Serdes.String())), filter);
+        if (rekey.equals("val")) {  // selectKey: the join then reads a repartition topic
+            stream = stream.selectKey((k, v) -> {
+                if (v == null) {
+                    return null;
+                }
+                int at = Integer.parseInt(v.substring(1)) % 3 * REKEY_WIDTH;
+                return k.substring(at, at + REKEY_WIDTH);
+            });
+        }
         if (grace > 0 && how.equals("left")) {  // 3.7+ fails on a null key in the grace buffer: filtered first
             stream = stream.filter((k, v) -> k != null);
         }
@@ -127,6 +139,10 @@ final class Topologies {
                 .to("out", Produced.with(Serdes.String(), Serdes.String()));
             return;
         }
+        if (up.equals("rtjoin")) {
+            rekeyedTableJoin(builder, left, how);
+            return;
+        }
         KStream<String, String> joined;
         if (up.equals("tjoin")) {
             KTable<String, String> table = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
@@ -164,6 +180,30 @@ final class Topologies {
                     .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
             .toStream()
             .map((wk, v) -> KeyValue.pair(wk.key() + "\t" + wk.window().start() + "\t" + wk.window().end(), v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * A chain "rtjoin": the enrichment chain. Stream "left" (values n,p) joined (how: inner|left) with table "right"
+     * (values: regions), value p|region ("null" without one); rows whose value is longer than 6 characters (a
+     * region of the scenario's own partition) re-keyed to their region (selectKey, a repartition topic) and
+     * inner-joined with table "third" (keyed by region), value row&gt;third's value. Output key: key \t - \t -.
+     */
+    private static void rekeyedTableJoin(StreamsBuilder builder, KStream<String, String> left, String how) {
+        KTable<String, String> regions = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        KTable<String, String> third = builder.table("third", Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("third")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
+        Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+        KStream<String, String> joined = how.equals("left") ? left.leftJoin(regions, joiner, with)
+            : left.join(regions, joiner, with);
+        joined.filter((k, v) -> v.length() > 6)
+            .selectKey((k, v) -> v.substring(2))
+            .join(third, (l, r) -> l + ">" + r, with)
+            .map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
     }
 

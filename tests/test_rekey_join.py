@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from backfill.reference.repartition import partition_for
-from tests.golden.harness import run_job
+from tests.golden.harness import partitioned, run_job
 from tests.test_join_properties import SETTINGS, timelines
 
 pytestmark = pytest.mark.spark
@@ -42,25 +42,15 @@ operators:
 """
 
 
-def _records(topic: str, rows: list[tuple[int, str, str, int]]) -> list[dict[str, Any]]:
-    """(partition, key, value, ts) in each partition's offset order."""
-    offsets: dict[int, int] = {}
-    out = []
-    for p, k, v, ts in rows:
-        out.append({"topic": topic, "partition": p, "offset": offsets.setdefault(p, 0), "key": k, "value": v,
-                    "timestamp": ts})
-        offsets[p] += 1
-    return out
-
 
 def _users() -> list[dict[str, Any]]:
     """Profiles keyed by user, each in the partition a producer gives its key (2 partitions)."""
-    return _records("users", [(partition_for(u.encode(), 2), u, f"P-{u}", ts) for u, ts in
+    return partitioned("users", [(partition_for(u.encode(), 2), u, f"P-{u}", ts) for u, ts in
                               [("u1", 5), ("u2", 6), ("u3", 40)]])
 
 
 # clicks keyed by click id: u1's clicks sit in both partitions; 'anon' has no user (the new key is null)
-CLICKS = _records("clicks", [(0, "c1", "u1", 3), (0, "c2", "anon", 4), (0, "c3", "u2", 30),
+CLICKS = partitioned("clicks", [(0, "c1", "u1", 3), (0, "c2", "anon", 4), (0, "c3", "u2", 30),
                              (1, "c4", "u2", 7), (1, "c5", "u1", 8), (1, "c6", "u3", 41)])
 BY_USER = "{left: \"nullif(value, 'anon')\"}"
 

@@ -394,16 +394,22 @@ def shrink(diff: Difference, version: str, work: Path) -> Difference:
     return next(iter(_differences([Scenario(sc.id, sc.kind, sc.config, records)], version, work)), diff)
 
 
+def judge_batch(scenarios: list[Scenario], version: str, folder: Path) -> tuple[list[Difference], dict[int, Judged]]:
+    """The reference engine on a batch of scenarios (its job written to `folder`) and Kafka Streams on the same,
+    fed in the reference's order: the scenarios on which they disagree, and what Kafka Streams did with each."""
+    ref, order = reference_summary(write_job(folder, scenarios, kafka_streams=version))
+    attach_order(scenarios, order, ref)
+    judged = judge(scenarios, version)[1]
+    index = Index(ref)
+    found = [Difference(sc, "reference", observe(sc, index, version), judged[sc.id]) for sc in scenarios]
+    return [d for d in found if not agree(d.scenario, d.ours, d.theirs)], judged
+
+
 def _differences(scenarios: list[Scenario], version: str, work: Path) -> list[Difference]:
     """The scenarios on which the reference engine and Kafka Streams disagree (a throwaway job for the batch)."""
     folder = Path(tempfile.mkdtemp(dir=work))
     try:
-        ref, order = reference_summary(write_job(folder, scenarios, kafka_streams=version))
-        attach_order(scenarios, order, ref)
-        judged = judge(scenarios, version)[1]
-        index = Index(ref)
-        found = [Difference(sc, "reference", observe(sc, index, version), judged[sc.id]) for sc in scenarios]
-        return [d for d in found if not agree(d.scenario, d.ours, d.theirs)]
+        return judge_batch(scenarios, version, folder)[0]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -29,6 +29,17 @@ def timeline(records: list[tuple], *, topic: str = "t", partition: int = 0) -> l
             for i, (k, v, t) in enumerate(records)]
 
 
+def partitioned(topic: str, rows: list[tuple[int, Any, Any, int]]) -> list[dict[str, Any]]:
+    """(partition, key, value, ts) tuples -> JSONL records of `topic`, offsets in each partition's order."""
+    offsets: dict[int, int] = {}
+    out = []
+    for p, k, v, ts in rows:
+        out.append({"topic": topic, "partition": p, "offset": offsets.setdefault(p, 0), "key": k, "value": v,
+                    "timestamp": ts})
+        offsets[p] += 1
+    return out
+
+
 def run_job(tmp: Path, job_yaml: str, inputs: dict[str, list[dict[str, Any]]], *args: str,
             engine: str = "spark") -> Outcome:
     """Write inputs/<source>.jsonl and job.yaml, run it, read every jsonl sink back."""

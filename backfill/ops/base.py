@@ -231,6 +231,13 @@ class Operator(ABC):
         return None
 
 
+def join_reads(spec: OperatorSpec) -> frozenset[str]:
+    """What a join reads of a record: `seq` (the task order) and `timestamp` (a joiner field) always; `headers`
+    only when a re-key names them (a joiner cannot)."""
+    keys = [r.spec.key for r in rekeys(spec)]
+    return frozenset({"seq", "timestamp", *(["headers"] if any("headers" in k for k in keys) else [])})
+
+
 def around(spec: OperatorSpec) -> list[str]:
     """The texts every operator evaluates around itself: its re-keys and its filters."""
     return [r.spec.key for r in rekeys(spec)] + list(wheres(spec).values())

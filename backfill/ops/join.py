@@ -32,9 +32,9 @@ from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops, join_reads
 from backfill.ops.expressions import joiner_sql
-from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
+from backfill.jobspec.rekeys import join_streams, rekey_why
 from backfill.ops.windows import LEFT, RIGHT, JoinWindows
 from backfill.session import computed_once
 
@@ -125,8 +125,7 @@ class StreamJoin(Operator):
         them (a joiner cannot). The rest of the record goes: headers are then not decoded, and no partition
         time before each record is computed or stored for a job without a cool-down cut."""
         assert self.spec is not None
-        keys = [r.spec.key for r in rekeys(self.spec)]
-        return frozenset({"seq", "timestamp", *(["headers"] if any("headers" in k for k in keys) else [])})
+        return join_reads(self.spec)
 
     def stream_time_columns(self) -> dict[str, Column]:
         """ST_j and both window stores' times."""

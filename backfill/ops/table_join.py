@@ -27,9 +27,9 @@ from backfill.errors import SourceError, SpecError
 from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
-from backfill.jobspec.rekeys import join_streams, rekey_why, rekeys
+from backfill.jobspec.rekeys import join_streams, rekey_why
 from backfill.ledger import NULL_KEY, ledger_rows
-from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops
+from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops, join_reads
 from backfill.ops.expressions import joiner_sql
 from backfill.session import computed_once
 
@@ -113,10 +113,9 @@ class TableJoin(Operator):
         return join_streams(self.spec)
 
     def reads(self) -> frozenset[str] | None:
-        """`seq` (the task order) and `timestamp` (a joiner field); `headers` only when the re-key names them."""
+        """As a stream-stream join (ops/base.py join_reads)."""
         assert self.spec is not None
-        keys = [r.spec.key for r in rekeys(self.spec)]
-        return frozenset({"seq", "timestamp", *(["headers"] if any("headers" in k for k in keys) else [])})
+        return join_reads(self.spec)
 
     def stream_time_columns(self) -> dict[str, Column]:
         """A versioned table's store time (its accepted puts) and the join's own (stream records it takes)."""

@@ -59,6 +59,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("_origin", "struct", "ops/repartition", "ledger",
                  "a re-keyed record's input record (source, topic, partition, offset); null otherwise"),
     RecordColumn("task", "int", "order/tasks", "all", "the task that processes it (its partition)"),
+    RecordColumn("_table_value", "any", "ops/chained (as_table)", "ops/table_join",
+                 "a table aggregate's row read as a join's table (docs/semantics.md §18.7): its value; null otherwise"),
     RecordColumn("_recorded_seq", "bigint", "order/tasks", "operators (rules)",
                  "the source's recorded order (order_by), kept when `seq` becomes the task's position"),
     RecordColumn("_partition_time", "bigint", "order/tasks", "order/tasks, ledger",

@@ -3,8 +3,9 @@
 One Spark run per example: many scenarios, each in its own partition (its own task), and one job of chains
 over the same three co-partitioned sources: hopping updates read by a filtered window and by a re-keyed table,
 a stream-table join re-keyed by the table's value (null new keys), a stream-stream join (pairs and unmatched
-rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a table (tombstones are null values), session updates
-read by a window. Timestamps go backwards, tie and jump; keys and values are sometimes null.
+rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a
+table (tombstones are null values) and joined as a table by another stream, session updates read by a window.
+Timestamps go backwards, tie and jump; keys and values are sometimes null.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ SOURCES = ("s", "t", "u", "v", "w")
 WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as string))"
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
-             "slfin", "slfin_count", "sj_table", "sj_join")
+             "slfin", "slfin_count", "sj_table", "sj_join", "t_fold")
 # a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
 # side
 REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
@@ -126,6 +127,11 @@ def _job(seed: int) -> str:
                    f"group_by: {{left: \"{REKEY}\", right: key}}, "
                    f"window: {{before: 3ms, after: 2ms, grace: {g[2]}ms}}, "
                    "value: \"concat(coalesce(left.value, '-'), '@', coalesce(right.value, '-'))\"}",
+        # a stream joined with a table aggregate's store, in its tasks (docs/semantics.md §18.7): the fold's
+        # deletes are no table value
+        "t_fold": f"join: {{left: t, table: fold, how: {rng.choice(['inner', 'left'])}, "
+                  "where: {left: \"value != 't2'\"}, "
+                  "value: \"concat(coalesce(left.value, '-'), '@', coalesce(right.value.kept, '-'))\"}",
     }
     sources = "".join(f"  {name}: {{format: jsonl, path: inputs/{name}.jsonl, value: {{format: string}}, "
                       f"partitions: {PARTITIONS}}}\n" for name in SOURCES)
@@ -161,8 +167,8 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
                    for name in chained)
         assert sum(len(oracle.outputs[name]) for name in chained) > 200  # not vacuous
         assert all(oracle.outputs[name] for name in ("fin_by_n", "fin_window", "sfin_count", "slfin_count"))
-        for name in ("sj_table", "sj_join"):  # rows of the chained joins that met the other side (a tiny example
-            # may have none)
+        # rows of the chained joins that met the other side (a tiny example may have none)
+        for name in ("sj_table", "sj_join", "t_fold"):
             assert len(oracle.outputs["sj"]) < 40 or any(not r["value"].endswith("@-") for r in oracle.outputs[name]), \
                 name
 

@@ -90,7 +90,8 @@ def test_an_enrichment_chain_reads_the_first_joins_rows_through_its_repartition_
      "through a repartition topic only: add group_by: {left: <new key>}"),
     ("""
     join: {left: products, table: with_customer, how: left, value: "left.value"}""",
-     "operators.with_product.join.table: 'with_customer' is an operator; a table is read from a source"),
+     "operators.with_product.join.table: 'with_customer' is no table (a windowed aggregate's keys are windows, a "
+     "join's rows a stream); a table is a source or an aggregate without a window"),
     ("""
     join: {left: with_customer, right: products, how: inner, group_by: {left: "substr(value, 1, 2)"},
            window: {before: 1ms, after: 1ms, grace: 0ms}, where: {right: "value != 'book'"}, value: "left.value"}""",

@@ -42,6 +42,9 @@ def configs(kind: str) -> list[dict[str, Any]]:
             for up in ("sess", "slide") for e in ("suppress", "close") for s, g in ((3, 0), (6, 2))] + [
             # the enrichment chain: a stream-table join's rows re-keyed by their region and joined with a table
             {"up": "rtjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
+            for h in ("inner", "left")] + [
+            # a stream joined with the table an aggregation of another stream computes in the same task
+            {"up": "atjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
             for h in ("inner", "left")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
@@ -209,6 +212,14 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
                 "      where: {left: \"length(value) > 6\"}\n      group_by: {left: \"substr(value, 3)\"}\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+    if c["up"] == "atjoin":  # what Topologies#aggregateTableJoin builds
+        up = (f"    aggregate:\n      input: {sources['right']}\n"
+              "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, value)\"}}}\n"
+              "      emit: updates")
+        down = (f"    join:\n      left: {sources['left']}\n      table: {name}_up\n      how: {c['how']}\n"
+                "      value: \"concat(substr(left.value, -1), '|', coalesce(concat(cast(right.value.c as string), "
+                "'|', right.value.f), 'null'))\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
     if c["up"] in WINDOW_UPS:
         if c["up"] == "sess":
             window = f"{{type: session, gap: {c['size']}ms, grace: {c['grace']}ms}}"
@@ -276,7 +287,7 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
-        if config.get("up") == "rtjoin":
+        if config.get("up") in ("rtjoin", "atjoin"):
             return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])

@@ -138,10 +138,15 @@ def subtopologies(operators: list[OperatorSpec], sources: list[str]) -> dict[str
             s = parent[s]
         return s
 
+    named = {op.name: op for op in operators}
     for op in operators:
         if rekeys(op) or op.rules is not None:
             continue
         read = [s for s in op.inputs if s in parent]
+        # an operator read without a re-key runs in its upstream's tasks: a table aggregate's source belongs
+        # with the stream that joins its table (§18.7)
+        read += [s for name in op.inputs if name in named and not rekeys(named[name])
+                 for s in named[name].inputs if s in parent]
         for other in read[1:]:
             parent[root(other)] = root(read[0])
     numbers: dict[str, int] = {}

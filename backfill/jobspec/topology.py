@@ -93,16 +93,48 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
         return f"{field}: both inputs are operators; a join may read one operator, the other input a source"
     side = read[0]
     other = "right" if side == "left" else "left"
+    if op.join.table is not None and side == "right":  # the stream beside it is a source in its tasks (§18.7)
+        return table_problem(op, up, field)
     if op.join.where is not None and getattr(op.join.where, other):
         return (f"{field}.where.{other}: a filter on the source beside an operator is not supported yet; filter "
                 f"the source's topic before the job, or the operator's rows (where.{side})")
-    if op.join.table is not None and side == "right":
-        return (f"{field}.table: {up.name!r} is an operator; a table is read from a source (a table that an "
-                "operator computes is not supported yet)")
     if op.join.group_by is None or getattr(op.join.group_by, side) is None:
         return (f"{field}.{side}: reads operator {up.name!r} without a re-key; a join reads an operator through a "
                 f"repartition topic only: add group_by: {{{side}: <new key>}} (selectKey; a chained stream merged "
                 "with a source in one task is not modelled yet)")
+    return None
+
+
+def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
+    """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources
+    (docs/semantics.md §18.7): a stream-table join whose table a table aggregate computes."""
+    up = upstream(op, operators)
+    return up is not None and op.join is not None and op.join.table == up.name
+
+
+def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
+    """Why operator `up` cannot be `op`'s table (None: it can, docs/semantics.md §18.7): only a table aggregate
+    over a source, not re-keyed, read by a stream that is not re-keyed either, from another topic, into a plain
+    store."""
+    assert op.join is not None
+    if not is_table_aggregate(up):
+        return (f"{field}.table: {up.name!r} is no table (a windowed aggregate's keys are windows, a join's rows a "
+                "stream); a table is a source or an aggregate without a window")
+    assert up.aggregate is not None
+    if not up.reads_source(up.aggregate.input):
+        return (f"{field}.table: {up.name!r} reads operator {up.aggregate.input!r}; an aggregate's table is joined "
+                "when the aggregate reads a source (a table two operators down is not modelled yet)")
+    if up.aggregate.group_by is not None:
+        return (f"{field}.table: {up.name!r} re-keys its input (its table lives in the tasks of its repartition "
+                "topic), which is not modelled yet; give it no group_by, or read a source keyed as it needs")
+    if op.join.group_by is not None:
+        return (f"{field}.group_by: a re-keyed stream joined with an operator's table is not modelled yet; re-key "
+                "the stream before the job, or join a source")
+    if op.join.versioned is not None:
+        return (f"{field}.versioned: an aggregate's table is a plain key-value store here; remove versioned")
+    if up.aggregate.input == op.join.left:
+        return (f"{field}.left: {op.join.left!r} is also the input of the table's aggregate {up.name!r}; one topic "
+                "feeding both is not modelled yet (the order in which its record reaches the two)")
     return None
 
 

@@ -19,10 +19,12 @@ from backfill.io.sources import HEADERS_TYPE, WHERE_TYPE
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.topology import tombstones
 from backfill.ops.join import key_order
+from backfill.ops.table_join import TABLE_VALUE
 
 
-def forwarded(up: OperatorSpec, output: DataFrame) -> DataFrame:
-    """The rows `up` forwarded (all of them: a chain reads everything, §18.4) as records of source `up.name`."""
+def forwarded(up: OperatorSpec, output: DataFrame, placed: bool = False) -> DataFrame:
+    """The rows `up` forwarded (all of them: a chain reads everything, §18.4) as records of source `up.name`;
+    `placed`: with `task` and `seq` already, the forwarding task and the place there of the record behind each."""
     emission = Window.partitionBy("task").orderBy("emit_seq")
     nothing = F.lit(None).cast("string")
     return output.select(
@@ -31,7 +33,16 @@ def forwarded(up: OperatorSpec, output: DataFrame) -> DataFrame:
         F.col("key"), value_of(up).alias("value"), F.col("ts").cast("long").alias("timestamp"),
         F.lit(None).cast(HEADERS_TYPE).alias("headers"),
         F.col("ts").cast("long").alias("ts"), F.col("ts").cast("long").alias("_raw_ts"), nothing.alias("_problem"),
-        F.lit(None).cast(WHERE_TYPE).alias("_where"), nothing.alias("_drop"), nothing.alias("_fatal"))
+        F.lit(None).cast(WHERE_TYPE).alias("_where"), nothing.alias("_drop"), nothing.alias("_fatal"),
+        *([F.col("task").cast("int").alias("task"), F.col("emit_seq").cast("long").alias("seq")] if placed else []))
+
+
+def as_table(up: OperatorSpec, output: DataFrame, value_type: str) -> DataFrame:
+    """The rows a table aggregate forwarded as a join's table records, in the task that forwarded them
+    (docs/semantics.md §18.7): `seq` the place of the record that made the row in that task's order (its
+    `emit_seq`), the value in `_table_value` (`value` is null, of the stream's type `value_type`)."""
+    return forwarded(up, output, placed=True).withColumn(TABLE_VALUE, F.col("value")) \
+        .withColumn("value", F.lit(None).cast(value_type))
 
 
 def value_of(up: OperatorSpec) -> Column:

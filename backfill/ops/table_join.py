@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 NULL_VALUE = "null_value"
 EXPIRED = "expired"  # a versioned table's put older than its history: refused (Kafka Streams counts it dropped)
 NO_TABLE_VALUE = "no_table_value"  # an inner join's stream record without a table value: no row, no ledger row
+TABLE_VALUE = "_table_value"  # an aggregate table's value, in the chained pass (ops/chained.py as_table)
 STRIDE = 2**20  # emit_seq = the releasing record's seq * STRIDE + the release position
 
 
@@ -51,6 +52,10 @@ class TableJoin(Operator):
 
     # what run() found, counted by settle() (an inner join's unmatched records, the rows emitted)
     found: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # the table is a table aggregate's store, in its tasks (docs/semantics.md §18.7): the aggregate's rows are
+    # read as table records beside the stream's (ops/chained.py as_table)
+    in_task: bool = False
 
     range_column = "ts"  # a join row's range is its (stream record's) timestamp
     reads_all = True  # the table is the latest value of every key since the beginning
@@ -77,8 +82,11 @@ class TableJoin(Operator):
         if join.left == join.table:
             raise SpecError(f"{where}.table: the table and the stream are one source; declare the topic twice")
         rekey = join.group_by.left if join.group_by is not None else None
+        up = None if spec.reads_source(join.table) else job.spec.operator(join.table)  # a table aggregate (§18.7)
         if rekey is None:
-            formats = {s: job.spec.sources[s].key.format for s in (join.left, join.table)}
+            keyed = {join.left: join.left, join.table: up.aggregate.input if up is not None and up.aggregate else
+                     join.table}
+            formats = {s: job.spec.sources[keyed[s]].key.format for s in (join.left, join.table)}
             if len(set(formats.values())) > 1:
                 raise SpecError(f"{where}: key formats differ ({join.left}: {formats[join.left]}, {join.table}: "
                                 f"{formats[join.table]}); a stream and its table share one key serde")
@@ -91,8 +99,11 @@ class TableJoin(Operator):
                "them, and emit nothing"]
         if rekey is not None:
             why += rekey_why(spec)
+        if up is not None:
+            why.append(f"the table is operator {up.name}'s store, read in its tasks: each stream record is joined with "
+                       f"the aggregate as the records of {up.name}'s input processed before it in the task left it")
         return cls(name=spec.name, kind="join", inputs=(join.left, join.table), window=text, emit="updates",
-                   sink=sink, spec=spec, index=index, profile=rules, why=tuple(why))
+                   sink=sink, spec=spec, index=index, profile=rules, why=tuple(why), in_task=up is not None)
 
     @property
     def join_spec(self) -> JoinSpec:
@@ -172,6 +183,8 @@ class TableJoin(Operator):
         recs = recs.withColumn("_store_time", store_time)
         stream = recs.where(F.col("source") == left)
         table = recs.where((F.col("source") == right) & F.col("key").isNotNull())
+        if self.in_task:  # an aggregate's rows: their value beside the stream's, in a column of its own
+            table = table.withColumn("value", F.col(TABLE_VALUE))
         joinable = stream.where(F.col("key").isNotNull() & F.col("value").isNotNull())
         v = j.versioned
         expired = table.where(F.lit(False))
@@ -242,8 +255,8 @@ def _right_struct(prefix: str = "") -> Column:
 def _latest(joinable: DataFrame, table: DataFrame) -> DataFrame:
     """A plain table: each stream record with the latest table record of its key before it, if not a delete."""
     marked = F.struct(_right_struct().alias("r"))  # never null on a table record, even a delete
-    both = joinable.withColumn("_t", F.lit(None).cast(joinable.select(marked.alias("m")).schema["m"].dataType)) \
-        .unionByName(table.withColumn("_t", marked), allowMissingColumns=True)
+    both = joinable.withColumn("_t", F.lit(None).cast(table.select(marked.alias("m")).schema["m"].dataType)) \
+        .unionByName(table.select("task", "key", "seq", marked.alias("_t")), allowMissingColumns=True)
     before = Window.partitionBy("task", "key").orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     latest = F.last("_t", ignorenulls=True).over(before)
     out = both.withColumn("_last", latest).where(F.col("_t").isNull())

@@ -42,8 +42,8 @@ from backfill.plan.definition import Plan
 from backfill.plan import strategy
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops import filters
-from backfill.jobspec.topology import chain_order, task_count, upstream, wheres
-from backfill.ops.chained import forwarded
+from backfill.jobspec.topology import chain_order, in_task, task_count, upstream, wheres
+from backfill.ops.chained import as_table, forwarded
 from backfill.session import release, together
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -259,10 +259,13 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
         assert up is not None
         rows = {**results, **done}[up.name].forwarded_rows()
         records = forwarded(up, rows)
-        filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
         stage = dataclasses.replace(plan, sources=(), operators=(op,))
         summary.chained[op.name] = {"from": up.name, "records": 0, "forwarded": rows.count()}
-        chained = _chain_ordered(stage, records, ordered, summary, stored)
+        if in_task(spec, specs):  # in the aggregate's tasks, beside its source stream (§18.7)
+            chained = _in_task(op, up, rows, ordered, str(plan.job.path))
+        else:
+            filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
+            chained = _chain_ordered(stage, records, ordered, summary, stored)
         _record_stats(stage, chained, summary)
         candidates = chained.where(_ledger_candidates(stage))
         done[op.name] = op.run(_filtered_view(op, chained), _filtered_view(op, candidates), summary.operators[op.name])
@@ -295,6 +298,20 @@ def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary:
     return chained
 
 
+def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame, path: str) -> DataFrame:
+    """A stream-table join over a table aggregate's store (docs/semantics.md §18.7): its stream's records in
+    their tasks' order, beside the aggregate's rows placed where the record that made each was processed
+    (ops/chained.py as_table). Both are in one task order already: nothing is sorted again."""
+    assert op.spec is not None and op.spec.join is not None
+    # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
+    stream = ordered.where((F.col("source") == op.spec.join.left) & F.col("_drop").isNull())
+    filters.check_types(op.spec, stream, path)
+    table = as_table(up, rows, stream.schema["value"].dataType.simpleString())
+    if stream.schema["key"].dataType != table.schema["key"].dataType:  # one key serde (checked): as text
+        stream, table = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, table))
+    return stream.unionByName(table, allowMissingColumns=True)
+
+
 def _counted_inputs(plan: Plan, spec: OperatorSpec) -> list[str]:
     """The `source` names of an operator's input records in the frame it is counted over: its inputs; for a
     chained join, the rows it reads from the operator, and its source input as its tasks read it (a copy or a
@@ -303,6 +320,8 @@ def _counted_inputs(plan: Plan, spec: OperatorSpec) -> list[str]:
     if up is None or spec.join is None:
         return list(spec.inputs)
     beside = [r.topic for r in rekeys(spec) if r.input != up.name] + [name for _, name in copied(spec)]
+    if in_task(spec, plan.job.spec.operators):  # its stream, read in the aggregate's tasks (§18.7)
+        beside.append(spec.join.left)
     return [up.name, *beside]
 
 
@@ -632,6 +651,9 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     """The counting pass's rows into the summary and every operator's counts; fail on a fatal record, a
     source of several topics or inputs that are not co-partitioned (`ordered` is read only to say which)."""
     copies = {name: op.name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
+    # a join in its table aggregate's tasks (§18.7): its stream's records, counted as their source already
+    copies.update({op.spec.join.left: op.name for op in plan.operators if op.spec is not None
+                   and op.spec.join is not None and in_task(op.spec, plan.job.spec.operators)})
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
@@ -690,9 +712,19 @@ def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[
             observed[r["source"]] = max(observed.get(r["source"], 0), r["task"] + 1)
     declared = {s.name: (s.spec.partitions if s.spec is not None else None) or summary_partitions.get(s.name)
                 for s in plan.sources}
+    specs = plan.job.spec.operators
     for op in plan.operators:
+        if op.spec is not None and in_task(op.spec, specs):
+            continue  # checked with the sources (below), in the pass that reads them
         if len(op.inputs) > 1 and op.copartitioned and not (op.spec is not None and rekeys(op.spec)):
             check_copartitioned({s: declared.get(s) or observed.get(s, 0) for s in op.inputs}, op.name)
+    for spec in specs:  # a join in its table aggregate's tasks: its stream and the aggregate's input (§18.7)
+        up = upstream(spec, specs)
+        if up is not None and up.aggregate is not None and in_task(spec, specs) and spec.join is not None \
+                and {spec.join.left, up.aggregate.input} <= set(declared):
+            check_copartitioned({spec.join.left: declared.get(spec.join.left) or observed.get(spec.join.left, 0),
+                                 up.name: declared.get(up.aggregate.input) or observed.get(up.aggregate.input, 0)},
+                                spec.name)
 
 
 def _check_one_topic_per_source(ordered: DataFrame, rows: list[Any]) -> None:

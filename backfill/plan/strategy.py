@@ -16,7 +16,7 @@ from pathlib import Path
 
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.rekeys import copied, rekeys
-from backfill.jobspec.topology import upstream, wheres
+from backfill.jobspec.topology import in_task, upstream, wheres
 from backfill.ops.aggregate import WindowAggregate
 from backfill.order import tasks
 from backfill.plan import fused
@@ -77,7 +77,7 @@ def strategies(plan: Plan, operator: bool, input_bytes: int | None) -> list[Stra
         if op.spec is None:
             continue
         parts = len(rekeys(op.spec)) + len(copied(op.spec))
-        if op not in first and not parts:
+        if op not in first and not parts and not in_task(op.spec, specs):  # in_task: its upstream's order
             how = tasks.ordering(True, False, operator, lambda: False, chunkable=False)
             out.append(Strategy(chained_stage(op.name), how, tasks.ORDERINGS[how]))
         if parts:

@@ -28,11 +28,12 @@ def forwarded(up: OperatorSpec, rows: list[dict[str, Any]]) -> dict[int, list[di
     by_task: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in sorted(rows, key=lambda r: (r["task"], r["emit_seq"])):
         by_task[row["task"]].append(row)
-    return {task: [_record(up, task, i, row) for i, row in enumerate(task_rows)]
+    return {task: [as_record(up, task, i, row) for i, row in enumerate(task_rows)]
             for task, task_rows in sorted(by_task.items())}
 
 
-def _record(up: OperatorSpec, task: int, offset: int, row: dict[str, Any]) -> dict[str, Any]:
+def as_record(up: OperatorSpec, task: int, offset: int, row: dict[str, Any]) -> dict[str, Any]:
+    """One forwarded row as a record of the derived source `up.name` (§18.1)."""
     return {"source": up.name, "topic": up.name, "partition": task, "offset": offset, "key": row["key"],
             "value": value_of(up, row), "timestamp": row["ts"], "ts": row["ts"], "headers": None, "_problem": None}
 

@@ -20,10 +20,10 @@ from backfill.jobspec import versions
 from backfill.jobspec.load import Job
 from backfill.jobspec.models import FoldAggregation, OperatorSpec, TimestampSpec
 from backfill.jobspec.rekeys import NOT_REPARTITIONED, copied, rekeys, subtopologies
-from backfill.jobspec.topology import chain_order, task_count, upstream
+from backfill.jobspec.topology import chain_order, in_task, task_count, upstream
 from backfill.reference.expr import compile_aggregate, compile_fold
 from backfill.reference.filters import Filters
-from backfill.reference.chains import forwarded, release
+from backfill.reference.chains import as_record, forwarded, release
 from backfill.reference.flinkrules import run_rules
 from backfill.reference import offsets
 from backfill.reference.join import StreamJoin
@@ -293,7 +293,9 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
                                                    read_from, read_until, given_order=bool(spec.order_by)))
     for op in job.spec.operators:
         if op.join is not None and not rekeys(op):  # co-partitioned inputs (declared, else max partition + 1)
-            check_copartitioned({s: partitions.get(s, 0) for s in op.inputs}, op.name)
+            check_copartitioned({s: partitions.get(s, 0) if op.reads_source(s) else
+                                 task_count(job.spec.operator(s), job.spec.operators, lambda n: partitions.get(n, 0))
+                                 for s in op.inputs}, op.name)
     repartitions = _routes(job, partitions)
     for task in sorted(queues_by_task):
         _run_task(job, task, queues_by_task[task], result, repartitions)
@@ -301,6 +303,8 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
         if upstream(job.spec.operator(name), job.spec.operators) is None:
             _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
     for op in chain_order(job.spec.operators):  # each after the operator it reads (docs/semantics.md §18)
+        if in_task(op, job.spec.operators):
+            continue  # run by _run_task, beside the records of its tasks (§18.7)
         _run_chained(job, op, result, partitions, list(repartitions.get(op.name, {}).values()))
     _apply_range(job, result)
     result.duration_s = time.time() - started
@@ -362,24 +366,35 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
     """PartitionGroup#nextRecord: pick the queue whose head has the smallest timestamp (ties: source rank).
     A re-keyed operator's records go to its repartition topic instead (12)."""
     rules = versions.profile(job.spec.kafka_streams)
-    ops = {op.name: _processor(op, task, result, rules) for op in job.spec.operators
-           if op.name not in repartitions and upstream(op, job.spec.operators) is None}
+    specs = job.spec.operators
+    ops = {op.name: _processor(op, task, result, rules) for op in specs
+           if op.name not in repartitions and (upstream(op, specs) is None or in_task(op, specs))}
+    # the operators that read another in its task: each row it forwards goes through them at once (§18.7)
+    readers = {up.name: [op for op in specs if in_task(op, specs) and upstream(op, specs) is up]
+               for up in specs}
+    emitted: dict[str, int] = defaultdict(int)  # per upstream, its rows forwarded in this task so far
     seq = 0
     order = result.order.setdefault(task, [])
     groups = subtopologies(job.spec.operators, list(job.spec.sources))
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues),
                                   group=lambda q: groups.get(q.source, 0)):
         seq += 1
-        for op in job.spec.operators:
-            if queue.source not in op.inputs or (upstream(op, job.spec.operators) is not None
+        for op in specs:
+            if queue.source not in op.inputs or (upstream(op, specs) is not None and not in_task(op, specs)
                                                  and queue.source not in repartitions.get(op.name, {})):
                 continue
             if result.filters is not None and not result.filters.passes(op.name, queue.source, rec):
                 continue  # KStream#filter: it never reaches the operator (docs/semantics.md §15)
             if op.name in repartitions:
                 _rekey(op, repartitions[op.name][queue.source], rec, queue.processed_time, result)
-            else:
-                ops[op.name].process(rec, seq)
+                continue
+            before = len(result.outputs[op.name])
+            ops[op.name].process(rec, seq)
+            for row in result.outputs[op.name][before:] if readers[op.name] else []:
+                forwarded_rec = as_record(op, task, emitted[op.name], row)
+                emitted[op.name] += 1
+                for down in readers[op.name]:
+                    ops[down.name].process(forwarded_rec, seq)
         order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
                       "offset": rec["offset"], "key": rec["key"], "ts": rec["ts"],
                       **{f"stream_time_{name}": agg.stream_time if agg.stream_time >= 0 else None

@@ -4,7 +4,8 @@ One Spark run per example: many scenarios, each in its own partition (its own ta
 over the same three co-partitioned sources: hopping updates read by a filtered window and by a re-keyed table,
 a stream-table join re-keyed by the table's value (null new keys), a stream-stream join (pairs and unmatched
 rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a
-table (tombstones are null values) and joined as a table by another stream, session updates read by a window.
+table (tombstones are null values) and joined as a table by another stream, a count joined by its own stream,
+session updates read by a window.
 Timestamps go backwards, tie and jump; keys and values are sometimes null.
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ SOURCES = ("s", "t", "u", "v", "w")
 WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as string))"
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
-             "slfin", "slfin_count", "sj_table", "sj_join", "t_fold")
+             "slfin", "slfin_count", "sj_table", "sj_join", "t_fold", "sn",
+             "s_seen")
 # a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
 # side
 REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
@@ -132,6 +134,11 @@ def _job(seed: int) -> str:
         "t_fold": f"join: {{left: t, table: fold, how: {rng.choice(['inner', 'left'])}, "
                   "where: {left: \"value != 't2'\"}, "
                   "value: \"concat(coalesce(left.value, '-'), '@', coalesce(right.value.kept, '-'))\"}",
+        # and a stream joined with its own running count: the count its record made included
+        "sn": "aggregate: {input: s, aggregations: {n: count(), trail: {fold: {init: \"''\", step: \"concat(acc, "
+              "value)\"}}}, emit: updates}",
+        "s_seen": "join: {left: s, table: sn, how: inner, "
+                  "value: \"concat(left.value, '#', cast(right.value.n as string), '#', right.value.trail)\"}",
     }
     sources = "".join(f"  {name}: {{format: jsonl, path: inputs/{name}.jsonl, value: {{format: string}}, "
                       f"partitions: {PARTITIONS}}}\n" for name in SOURCES)

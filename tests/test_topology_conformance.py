@@ -47,7 +47,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 31),
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 33),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
@@ -93,10 +93,10 @@ def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(
                 for task, recs in streams.items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 6 has
-    # them under suppress in its first 200 scenarios, seed 4 on window close
+    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 10 has
+    # them under both mechanisms in its first 200 scenarios (of seeds 0-11, the only one under suppress)
     found = []
-    for seed in (6, 4):
+    for seed in (10,):
         [(_, r)] = check.run_kind("chain", 200, seed, ["4.4.0"], ("reference",), None, tmp_path / str(seed), None)
         assert 0 < len(r.differences) < r.scenarios
         found += r.differences

@@ -43,9 +43,10 @@ def configs(kind: str) -> list[dict[str, Any]]:
             # the enrichment chain: a stream-table join's rows re-keyed by their region and joined with a table
             {"up": "rtjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
             for h in ("inner", "left")] + [
-            # a stream joined with the table an aggregation of another stream computes in the same task
-            {"up": "atjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
-            for h in ("inner", "left")]
+            # a stream joined with the table an aggregation of another stream (atjoin), or of itself (atself),
+            # computes in the same task
+            {"up": up, "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
+            for up in ("atjoin", "atself") for h in ("inner", "left")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -116,7 +117,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     keys = ["a", "b", "c", "a", None]
     out: list[dict[str, Any]] = []
     recent: list[int] = []
-    sides = (("left", "l"),) if config.get("up") in WINDOW_UPS else (("right", "t"), ("left", "l"))
+    sides = (("left", "l"),) if config.get("up") in (*WINDOW_UPS, "atself") else (("right", "t"), ("left", "l"))
     if config.get("up") == "rtjoin":  # the second table: keyed by region (REGION_END: see as_written)
         sides += (("third", "c"),)
     for side, prefix in sides:
@@ -212,8 +213,9 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
                 "      where: {left: \"length(value) > 6\"}\n      group_by: {left: \"substr(value, 3)\"}\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
-    if c["up"] == "atjoin":  # what Topologies#aggregateTableJoin builds
-        up = (f"    aggregate:\n      input: {sources['right']}\n"
+    if c["up"] in ("atjoin", "atself"):  # what Topologies#aggregateTableJoin builds
+        counted = sources["left" if c["up"] == "atself" else "right"]
+        up = (f"    aggregate:\n      input: {counted}\n"
               "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, value)\"}}}\n"
               "      emit: updates")
         down = (f"    join:\n      left: {sources['left']}\n      table: {name}_up\n      how: {c['how']}\n"
@@ -287,7 +289,7 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
-        if config.get("up") in ("rtjoin", "atjoin"):
+        if config.get("up") in ("rtjoin", "atjoin", "atself"):
             return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])

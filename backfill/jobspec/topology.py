@@ -114,8 +114,7 @@ def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
 
 def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
     """Why operator `up` cannot be `op`'s table (None: it can, docs/semantics.md §18.7): only a table aggregate
-    over a source, not re-keyed, read by a stream that is not re-keyed either, from another topic, into a plain
-    store."""
+    over a source, not re-keyed, read by a stream that is not re-keyed either, into a plain store."""
     assert op.join is not None
     if not is_table_aggregate(up):
         return (f"{field}.table: {up.name!r} is no table (a windowed aggregate's keys are windows, a join's rows a "
@@ -132,9 +131,6 @@ def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
                 "the stream before the job, or join a source")
     if op.join.versioned is not None:
         return (f"{field}.versioned: an aggregate's table is a plain key-value store here; remove versioned")
-    if up.aggregate.input == op.join.left:
-        return (f"{field}.left: {op.join.left!r} is also the input of the table's aggregate {up.name!r}; one topic "
-                "feeding both is not modelled yet (the order in which its record reaches the two)")
     return None
 
 

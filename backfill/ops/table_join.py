@@ -257,7 +257,10 @@ def _latest(joinable: DataFrame, table: DataFrame) -> DataFrame:
     marked = F.struct(_right_struct().alias("r"))  # never null on a table record, even a delete
     both = joinable.withColumn("_t", F.lit(None).cast(table.select(marked.alias("m")).schema["m"].dataType)) \
         .unionByName(table.select("task", "key", "seq", marked.alias("_t")), allowMissingColumns=True)
-    before = Window.partitionBy("task", "key").orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # a table row made by the stream record itself (an aggregate of the join's own stream, docs/semantics.md
+    # §18.7) comes before it: the aggregate's processor takes the record first
+    before = Window.partitionBy("task", "key").orderBy("seq", F.col("_t").isNull()) \
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     latest = F.last("_t", ignorenulls=True).over(before)
     out = both.withColumn("_last", latest).where(F.col("_t").isNull())
     right = F.when(F.col("_last.r.value").isNotNull(), F.col("_last.r"))

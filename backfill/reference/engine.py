@@ -379,7 +379,9 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
     for queue, rec in _task_order(queues, given=any(q.given_order for q in queues),
                                   group=lambda q: groups.get(q.source, 0)):
         seq += 1
-        for op in specs:
+        # a join in its table aggregate's tasks comes last: when it reads the aggregate's own input, the record
+        # reaches the aggregate first (its processor node was added first), so the join sees its update (§18.7)
+        for op in sorted(specs, key=lambda o: in_task(o, specs)):
             if queue.source not in op.inputs or (upstream(op, specs) is not None and not in_task(op, specs)
                                                  and queue.source not in repartitions.get(op.name, {})):
                 continue

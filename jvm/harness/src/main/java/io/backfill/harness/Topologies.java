@@ -143,8 +143,8 @@ final class Topologies {
             rekeyedTableJoin(builder, left, how);
             return;
         }
-        if (up.equals("atjoin")) {
-            aggregateTableJoin(builder, left, how);
+        if (up.equals("atjoin") || up.equals("atself")) {
+            aggregateTableJoin(builder, left, how, up.equals("atself"));
             return;
         }
         KStream<String, String> joined;
@@ -215,9 +215,13 @@ final class Topologies {
      * A chain "atjoin": a stream joined with a table that an aggregation computes in the same task. Stream "right"
      * grouped by key and aggregated (count|fold of the values, caching off) into a table; stream "left" (values n,p)
      * joined (how: inner|left) with it, value p|count|fold ("null" without one). Output key: key \t - \t -.
+     * "atself": the aggregation reads "left" itself (one source node, two children: the aggregation, then the join).
      */
-    private static void aggregateTableJoin(StreamsBuilder builder, KStream<String, String> left, String how) {
-        KTable<String, String> counts = builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()))
+    private static void aggregateTableJoin(StreamsBuilder builder, KStream<String, String> left, String how,
+                                           boolean self) {
+        KStream<String, String> counted = self ? left
+            : builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()));
+        KTable<String, String> counts = counted
             .groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
             .aggregate(() -> "0|", (k, v, acc) -> fold(acc, v),
                 Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("counts")

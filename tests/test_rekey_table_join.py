@@ -110,10 +110,9 @@ def test_kafka_streams_joins_each_rekeyed_scenario_as_the_reference_engine(tmp_p
     KIP-962) replay each scenario (selectKey, then the join) in the order of the join's own task, and forward the
     same rows and drop the same records; some rows met the table, some stream records had no new key."""
     from backfill.conformance import check, harness, topologies
-    from backfill.conformance.scenarios import Scenario, generate
+    from backfill.conformance.scenarios import drawn
 
-    drawn = [sc for sc in generate("table_join", 320, 5) if topologies.rekeyed(sc.config)]
-    scenarios = [Scenario(i, sc.kind, sc.config, sc.records) for i, sc in enumerate(drawn)]
+    scenarios = drawn("table_join", 320, 5, topologies.rekeyed)
     assert len(scenarios) >= 60
     for version in ("4.4.0", "3.6.2"):
         harness.check_version(version)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,13 @@ def generate(kind: str, count: int, seed: int) -> list[Scenario]:
             r["key"] = None if r["key"] is None else f"{r['key']}{i}"
         out.append(Scenario(i, kind, dict(config), records))
     return out
+
+
+def drawn(kind: str, count: int, seed: int, keep: Callable[[dict[str, Any]], bool]) -> list[Scenario]:
+    """The scenarios among the first `count` of `generate(kind, count, seed)` whose configuration `keep` selects,
+    numbered again from 0 (a batch of one shape: each its own partition of a job)."""
+    return [Scenario(i, sc.kind, sc.config, sc.records)
+            for i, sc in enumerate(sc for sc in generate(kind, count, seed) if keep(sc.config))]
 
 
 def _unit(c: dict[str, Any]) -> int:

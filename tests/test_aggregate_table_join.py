@@ -74,8 +74,8 @@ def test_each_click_is_joined_with_the_count_the_task_had_when_it_took_the_click
 @pytest.mark.parametrize("engine", ["spark", "reference"])
 def test_what_the_stream_source_drops_never_reaches_the_join_and_a_range_selects_rows_only(tmp_path, spark, engine):
     """A click with an invalid timestamp (skipped) is the source's ledger row, not a record of the join (the
-    counts agree: Spark checks them before publishing); with --start 5 the aggregate still counts every view (c4 meets 3), only the rows before 5
-    are not published."""
+    counts agree: Spark checks them before publishing); with --start 5 the aggregate still counts every view
+    (c4 meets 3), only the rows before 5 are not published."""
     job = _job().replace("inputs/clicks.jsonl, partitions: 2}", "inputs/clicks.jsonl, partitions: 2, "
                          "timestamp: {extractor: record, on_invalid: skip}, on_error: skip}")
     clicks = CLICKS + [{"topic": "clicks", "partition": 0, "offset": 4, "key": "a", "value": "cX", "timestamp": -5}]

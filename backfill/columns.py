@@ -60,7 +60,7 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "a re-keyed record's input record (source, topic, partition, offset); null otherwise"),
     RecordColumn("task", "int", "order/tasks", "all", "the task that processes it (its partition)"),
     RecordColumn("_table_value", "any", "ops/chained (as_table)", "ops/table_join",
-                 "a table aggregate's row read as a join's table (docs/semantics.md §18.7): its value; null otherwise"),
+                 "a table record of a join in its upstream's tasks (docs/semantics.md §18.7-§18.8): its value"),
     RecordColumn("_recorded_seq", "bigint", "order/tasks", "operators (rules)",
                  "the source's recorded order (order_by), kept when `seq` becomes the task's position"),
     RecordColumn("_partition_time", "bigint", "order/tasks", "order/tasks, ledger",

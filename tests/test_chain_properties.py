@@ -5,7 +5,7 @@ over the same three co-partitioned sources: hopping updates read by a filtered w
 a stream-table join re-keyed by the table's value (null new keys), a stream-stream join (pairs and unmatched
 rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a
 table (tombstones are null values) and joined as a table by another stream, a count joined by its own stream,
-session updates read by a window.
+a stream-table join's rows joined with a second table in the same tasks, session updates read by a window.
 Timestamps go backwards, tie and jump; keys and values are sometimes null.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as s
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
              "slfin", "slfin_count", "sj_table", "sj_join", "t_fold", "sn",
-             "s_seen")
+             "s_seen", "tj_t")
 # a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
 # side
 REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
@@ -134,6 +134,9 @@ def _job(seed: int) -> str:
         "t_fold": f"join: {{left: t, table: fold, how: {rng.choice(['inner', 'left'])}, "
                   "where: {left: \"value != 't2'\"}, "
                   "value: \"concat(coalesce(left.value, '-'), '@', coalesce(right.value.kept, '-'))\"}",
+        # a stream-table join's rows joined as they are with a second table, in the same tasks (§18.8)
+        "tj_t": f"join: {{left: tj, table: t, how: {rng.choice(['inner', 'left'])}, "
+                "value: \"concat(coalesce(left.value.v, '-'), '@', coalesce(right.value, '-'))\"}",
         # and a stream joined with its own running count: the count its record made included
         "sn": "aggregate: {input: s, aggregations: {n: count(), trail: {fold: {init: \"''\", step: \"concat(acc, "
               "value)\"}}}, emit: updates}",
@@ -175,7 +178,7 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
         assert sum(len(oracle.outputs[name]) for name in chained) > 200  # not vacuous
         assert all(oracle.outputs[name] for name in ("fin_by_n", "fin_window", "sfin_count", "slfin_count"))
         # rows of the chained joins that met the other side (a tiny example may have none)
-        for name in ("sj_table", "sj_join", "t_fold"):
+        for name in ("sj_table", "sj_join", "t_fold", "tj_t"):
             assert len(oracle.outputs["sj"]) < 40 or any(not r["value"].endswith("@-") for r in oracle.outputs[name]), \
                 name
 

@@ -47,7 +47,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 33),
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 35),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
@@ -71,9 +71,10 @@ def test_a_chain_read_in_timestamp_order_instead_of_as_forwarded_is_caught(monke
                 for task, recs in real(up, rows).items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    [(_, r)] = check.run_kind("chain", 120, SEED, ["4.4.0"], ("reference",), None, tmp_path, None)
+    # seed 1: its first 120 scenarios differ so in joins and window counts, and in both kinds of enrichment
+    [(_, r)] = check.run_kind("chain", 120, 1, ["4.4.0"], ("reference",), None, tmp_path, None)
     assert 0 < len(r.differences) < r.scenarios
-    assert {d.scenario.config["up"] for d in r.differences} >= {"sjoin", "agg"}
+    assert {d.scenario.config["up"] for d in r.differences} >= {"sjoin", "agg", "tjoin", "rtjoin"}
 
 
 def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(monkeypatch: pytest.MonkeyPatch,
@@ -93,10 +94,10 @@ def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(
                 for task, recs in streams.items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 10 has
-    # them under both mechanisms in its first 200 scenarios (of seeds 0-11, the only one under suppress)
+    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 13 has
+    # them under both mechanisms in its first 200 scenarios (of seeds 0-15, the only one)
     found = []
-    for seed in (10,):
+    for seed in (13,):
         [(_, r)] = check.run_kind("chain", 200, seed, ["4.4.0"], ("reference",), None, tmp_path / str(seed), None)
         assert 0 < len(r.differences) < r.scenarios
         found += r.differences

@@ -1,7 +1,9 @@
 """Part: conformance. Scenarios for the topologies beyond one windowed operator: table aggregations (`table`),
 stream-table joins with plain and versioned tables (`table_join`), window aggregates behind a filter
-(`filter`) and chains in one task (`chain`: a stream-table or stream-stream join whose results are filtered and
-counted in windows, a window count whose update stream or final windows are filtered and counted per key),
+(`filter`) and chains (`chain`: a stream-table or stream-stream join whose results are filtered and counted in
+windows, a window count whose update stream or final windows are filtered and counted per key, two stream-table
+joins through a repartition topic or in one task, a stream joined with a table aggregation of another stream or
+of itself),
 judged by the same Kafka Streams harness (jvm/harness `Topologies`).
 
 A stream-table scenario has several keys, table updates racing the stream records (out of order, on equal
@@ -46,7 +48,10 @@ def configs(kind: str) -> list[dict[str, Any]]:
             # a stream joined with the table an aggregation of another stream (atjoin), or of itself (atself),
             # computes in the same task
             {"up": up, "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
-            for up in ("atjoin", "atself") for h in ("inner", "left")]
+            for up in ("atjoin", "atself") for h in ("inner", "left")] + [
+            # a stream-table join's rows joined, as they are, with a second table of the same keys
+            {"up": "ttjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
+            for h in ("inner", "left")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -118,7 +123,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     out: list[dict[str, Any]] = []
     recent: list[int] = []
     sides = (("left", "l"),) if config.get("up") in (*WINDOW_UPS, "atself") else (("right", "t"), ("left", "l"))
-    if config.get("up") == "rtjoin":  # the second table: keyed by region (REGION_END: see as_written)
+    if config.get("up") in ("rtjoin", "ttjoin"):  # the second table (rtjoin: keyed by region, see as_written)
         sides += (("third", "c"),)
     for side, prefix in sides:
         for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
@@ -132,10 +137,10 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
             if kind == "chain" and value is not None:
                 if side == "left":
                     value = f"{rng.randint(-3, 9)},{rng.choice('xyz')}"
-                elif config["up"] in ("tjoin", "rtjoin") and side == "right":
+                elif config["up"] in ("tjoin", "rtjoin", "ttjoin") and side == "right":
                     value = rng.choice(["r1", "r2", "r2", "x"])
             key = rng.choice(keys)
-            if side == "third":
+            if side == "third" and config["up"] == "rtjoin":
                 key = rng.choice(["r1", "r2", "x", "r1", None])
                 key = None if key is None else key + REGION_END
             out.append({"side": side, "offset": offset, "key": key, "value": value, "timestamp": ts})
@@ -211,6 +216,12 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
               "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      where: {left: \"length(value) > 6\"}\n      group_by: {left: \"substr(value, 3)\"}\n"
+                "      value: \"concat(left.value, '>', right.value)\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+    if c["up"] == "ttjoin":  # what Topologies#twoTableJoins builds
+        up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
+              "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
+        down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
     if c["up"] in ("atjoin", "atself"):  # what Topologies#aggregateTableJoin builds
@@ -289,7 +300,7 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
-        if config.get("up") in ("rtjoin", "atjoin", "atself"):
+        if config.get("up") in ("rtjoin", "atjoin", "atself", "ttjoin"):
             return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])

@@ -95,6 +95,8 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
     other = "right" if side == "left" else "left"
     if op.join.table is not None and side == "right":  # the stream beside it is a source in its tasks (§18.7)
         return table_problem(op, up, field)
+    if op.join.table is not None and op.join.group_by is None:  # in the upstream join's tasks (§18.8)
+        return stream_problem(op, up, field)
     if op.join.where is not None and getattr(op.join.where, other):
         return (f"{field}.where.{other}: a filter on the source beside an operator is not supported yet; filter "
                 f"the source's topic before the job, or the operator's rows (where.{side})")
@@ -106,10 +108,19 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
 
 
 def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
-    """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources
-    (docs/semantics.md §18.7): a stream-table join whose table a table aggregate computes."""
+    """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources: a
+    stream-table join whose table a table aggregate computes (docs/semantics.md §18.7), or whose stream is
+    another stream-table join's rows, not re-keyed (§18.8)."""
     up = upstream(op, operators)
-    return up is not None and op.join is not None and op.join.table == up.name
+    return up is not None and op.join is not None and op.join.table is not None and not rekeys(op)
+
+
+def beside(op: OperatorSpec, operators: list[OperatorSpec]) -> str:
+    """The source a join in its upstream's tasks reads beside the operator's rows (`in_task`): its stream when
+    the operator is its table (§18.7), else its table (§18.8)."""
+    assert op.join is not None and op.join.table is not None
+    up = upstream(op, operators)
+    return op.join.left if up is not None and op.join.table == up.name else op.join.table
 
 
 def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
@@ -131,6 +142,30 @@ def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
                 "the stream before the job, or join a source")
     if op.join.versioned is not None:
         return (f"{field}.versioned: an aggregate's table is a plain key-value store here; remove versioned")
+    return None
+
+
+def stream_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
+    """Why stream-table join `op` cannot read operator `up`'s rows as its stream without a re-key (None: it can,
+    docs/semantics.md §18.8): `up` is a stream-table join over sources, not re-keyed, that forwards each row at
+    once (no grace), and `op`'s table is another topic."""
+    assert op.join is not None
+    fix = "re-key it (group_by: {left: <new key>}) to read it through a repartition topic"
+    if not is_table_join(up):
+        return (f"{field}.left: reads operator {up.name!r} without a re-key; in the upstream's tasks a join reads "
+                f"a stream-table join's rows only (one row per record, forwarded at once): {fix}")
+    assert up.join is not None
+    if up.join.group_by is not None or not all(up.reads_source(i) for i in up.inputs):
+        return (f"{field}.left: {up.name!r} re-keys or reads an operator; its rows are read without a re-key only "
+                f"when it joins sources as they are: {fix}")
+    if up.join.versioned is not None and up.join.versioned.grace:
+        return (f"{field}.left: {up.name!r} has a grace period (its rows leave its buffer in another order than "
+                f"their records'), which is not modelled here: {fix}")
+    if op.join.versioned is not None:
+        return f"{field}.versioned: a join over an operator's rows reads a plain table here; remove versioned"
+    if op.join.table in up.inputs:
+        return (f"{field}.table: {op.join.table!r} is read by {up.name!r} too; one topic feeding both is not "
+                "modelled: declare the topic twice")
     return None
 
 

@@ -22,9 +22,10 @@ from backfill.ops.join import key_order
 from backfill.ops.table_join import TABLE_VALUE
 
 
-def forwarded(up: OperatorSpec, output: DataFrame, placed: bool = False) -> DataFrame:
+def forwarded(up: OperatorSpec, output: DataFrame, stride: int | None = None) -> DataFrame:
     """The rows `up` forwarded (all of them: a chain reads everything, §18.4) as records of source `up.name`;
-    `placed`: with `task` and `seq` already, the forwarding task and the place there of the record behind each."""
+    with `stride` (of `up`'s emit_seq: the record's seq times it, plus the row's position), with `task` and
+    `seq` already: the forwarding task and the place there of the record that made each row (§18.7-§18.8)."""
     emission = Window.partitionBy("task").orderBy("emit_seq")
     nothing = F.lit(None).cast("string")
     return output.select(
@@ -34,14 +35,15 @@ def forwarded(up: OperatorSpec, output: DataFrame, placed: bool = False) -> Data
         F.lit(None).cast(HEADERS_TYPE).alias("headers"),
         F.col("ts").cast("long").alias("ts"), F.col("ts").cast("long").alias("_raw_ts"), nothing.alias("_problem"),
         F.lit(None).cast(WHERE_TYPE).alias("_where"), nothing.alias("_drop"), nothing.alias("_fatal"),
-        *([F.col("task").cast("int").alias("task"), F.col("emit_seq").cast("long").alias("seq")] if placed else []))
+        *([F.col("task").cast("int").alias("task"), F.expr(f"emit_seq div {stride}").cast("long").alias("seq")]
+          if stride is not None else []))
 
 
 def as_table(up: OperatorSpec, output: DataFrame, value_type: str) -> DataFrame:
     """The rows a table aggregate forwarded as a join's table records, in the task that forwarded them
     (docs/semantics.md §18.7): `seq` the place of the record that made the row in that task's order (its
     `emit_seq`), the value in `_table_value` (`value` is null, of the stream's type `value_type`)."""
-    return forwarded(up, output, placed=True).withColumn(TABLE_VALUE, F.col("value")) \
+    return forwarded(up, output, stride=1).withColumn(TABLE_VALUE, F.col("value")) \
         .withColumn("value", F.lit(None).cast(value_type))
 
 

@@ -28,6 +28,7 @@ from backfill.jobspec import versions
 from backfill.jobspec.durations import format_duration
 from backfill.jobspec.models import JoinSpec, OperatorSpec
 from backfill.jobspec.rekeys import join_streams, rekey_why
+from backfill.jobspec.topology import in_task, upstream
 from backfill.ledger import NULL_KEY, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult, around, check_null_drops, join_reads
 from backfill.ops.expressions import joiner_sql
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 NULL_VALUE = "null_value"
 EXPIRED = "expired"  # a versioned table's put older than its history: refused (Kafka Streams counts it dropped)
 NO_TABLE_VALUE = "no_table_value"  # an inner join's stream record without a table value: no row, no ledger row
-TABLE_VALUE = "_table_value"  # an aggregate table's value, in the chained pass (ops/chained.py as_table)
+TABLE_VALUE = "_table_value"  # a table record's value, in a join in its upstream's tasks (§18.7-§18.8)
 STRIDE = 2**20  # emit_seq = the releasing record's seq * STRIDE + the release position
 
 
@@ -53,8 +54,9 @@ class TableJoin(Operator):
     # what run() found, counted by settle() (an inner join's unmatched records, the rows emitted)
     found: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    # the table is a table aggregate's store, in its tasks (docs/semantics.md §18.7): the aggregate's rows are
-    # read as table records beside the stream's (ops/chained.py as_table)
+    # in the tasks of the operator it reads (docs/semantics.md §18.7-§18.8): a table aggregate's rows as its
+    # table records (ops/chained.py as_table), or a stream-table join's rows as its stream; the table's value
+    # in TABLE_VALUE
     in_task: bool = False
 
     range_column = "ts"  # a join row's range is its (stream record's) timestamp
@@ -82,11 +84,9 @@ class TableJoin(Operator):
         if join.left == join.table:
             raise SpecError(f"{where}.table: the table and the stream are one source; declare the topic twice")
         rekey = join.group_by.left if join.group_by is not None else None
-        up = None if spec.reads_source(join.table) else job.spec.operator(join.table)  # a table aggregate (§18.7)
+        up = upstream(spec, job.spec.operators)  # its table (§18.7) or its stream (§18.8), or none
         if rekey is None:
-            keyed = {join.left: join.left, join.table: up.aggregate.input if up is not None and up.aggregate else
-                     join.table}
-            formats = {s: job.spec.sources[keyed[s]].key.format for s in (join.left, join.table)}
+            formats = {s: job.spec.sources[_key_source(s, job)].key.format for s in (join.left, join.table)}
             if len(set(formats.values())) > 1:
                 raise SpecError(f"{where}: key formats differ ({join.left}: {formats[join.left]}, {join.table}: "
                                 f"{formats[join.table]}); a stream and its table share one key serde")
@@ -99,11 +99,15 @@ class TableJoin(Operator):
                "them, and emit nothing"]
         if rekey is not None:
             why += rekey_why(spec)
-        if up is not None:
+        chained = up is not None and in_task(spec, job.spec.operators)
+        if chained and up.name == join.table:
             why.append(f"the table is operator {up.name}'s store, read in its tasks: each stream record is joined with "
                        f"the aggregate as the records of {up.name}'s input processed before it in the task left it")
+        elif chained:
+            why.append(f"the stream is operator {up.name}'s rows, in its tasks: each row is joined with the table as "
+                       "the task had it when it took the record that made the row")
         return cls(name=spec.name, kind="join", inputs=(join.left, join.table), window=text, emit="updates",
-                   sink=sink, spec=spec, index=index, profile=rules, why=tuple(why), in_task=up is not None)
+                   sink=sink, spec=spec, index=index, profile=rules, why=tuple(why), in_task=chained)
 
     @property
     def join_spec(self) -> JoinSpec:
@@ -183,7 +187,7 @@ class TableJoin(Operator):
         recs = recs.withColumn("_store_time", store_time)
         stream = recs.where(F.col("source") == left)
         table = recs.where((F.col("source") == right) & F.col("key").isNotNull())
-        if self.in_task:  # an aggregate's rows: their value beside the stream's, in a column of its own
+        if self.in_task:  # the table's value beside the stream's, in a column of its own
             table = table.withColumn("value", F.col(TABLE_VALUE))
         joinable = stream.where(F.col("key").isNotNull() & F.col("value").isNotNull())
         v = j.versioned
@@ -245,6 +249,13 @@ class TableJoin(Operator):
             counts.dropped[NO_TABLE_VALUE] = unmatched
             unmatched = 0
         counts.contributing = self.found["puts"] - counts.dropped["expired"] + matched + unmatched + waiting
+
+
+def _key_source(name: str, job: Job) -> str:
+    """The source whose key serde an input has: itself, or the first input of the operator it names."""
+    while name not in job.spec.sources:
+        name = job.spec.operator(name).inputs[0]
+    return name
 
 
 def _right_struct(prefix: str = "") -> Column:

@@ -42,8 +42,9 @@ from backfill.plan.definition import Plan
 from backfill.plan import strategy
 from backfill.ops.aggregate import WindowAggregate
 from backfill.ops import filters
-from backfill.jobspec.topology import chain_order, in_task, task_count, upstream, wheres
+from backfill.jobspec.topology import beside as beside_source, chain_order, in_task, task_count, upstream, wheres
 from backfill.ops.chained import as_table, forwarded
+from backfill.ops.table_join import STRIDE as TABLE_JOIN_STRIDE, TABLE_VALUE
 from backfill.session import release, together
 from backfill.ranges import in_range, instant
 from backfill.time.extract import INVALID, NO_PARTITION_TIME, extract
@@ -261,8 +262,8 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
         records = forwarded(up, rows)
         stage = dataclasses.replace(plan, sources=(), operators=(op,))
         summary.chained[op.name] = {"from": up.name, "records": 0, "forwarded": rows.count()}
-        if in_task(spec, specs):  # in the aggregate's tasks, beside its source stream (§18.7)
-            chained = _in_task(op, up, rows, ordered, str(plan.job.path))
+        if in_task(spec, specs):  # in the upstream's tasks, beside a source (§18.7, §18.8)
+            chained = _in_task(op, up, rows, ordered, specs, str(plan.job.path))
         else:
             filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
             chained = _chain_ordered(stage, records, ordered, summary, stored)
@@ -298,15 +299,24 @@ def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary:
     return chained
 
 
-def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame, path: str) -> DataFrame:
-    """A stream-table join over a table aggregate's store (docs/semantics.md §18.7): its stream's records in
-    their tasks' order, beside the aggregate's rows placed where the record that made each was processed
-    (ops/chained.py as_table). Both are in one task order already: nothing is sorted again."""
+def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame, specs: list[OperatorSpec],
+             path: str) -> DataFrame:
+    """A stream-table join in the tasks of the operator it reads: its source's records in their tasks' order,
+    beside the operator's rows placed where the record that made each was processed. The operator is its table
+    (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a stream-table join's
+    rows, one per record, §18.8). The table's value goes in a column of its own. Both are in one task order
+    already: nothing is sorted again."""
     assert op.spec is not None and op.spec.join is not None
     # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
-    stream = ordered.where((F.col("source") == op.spec.join.left) & F.col("_drop").isNull())
+    source = ordered.where((F.col("source") == beside_source(op.spec, specs)) & F.col("_drop").isNull())
+    if op.spec.join.table == up.name:
+        stream = source
+        table = as_table(up, rows, source.schema["value"].dataType.simpleString())
+    else:
+        stream = forwarded(up, rows, stride=TABLE_JOIN_STRIDE)
+        table = source.withColumn(TABLE_VALUE, F.col("value")) \
+            .withColumn("value", F.lit(None).cast(stream.schema["value"].dataType))
     filters.check_types(op.spec, stream, path)
-    table = as_table(up, rows, stream.schema["value"].dataType.simpleString())
     if stream.schema["key"].dataType != table.schema["key"].dataType:  # one key serde (checked): as text
         stream, table = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, table))
     return stream.unionByName(table, allowMissingColumns=True)
@@ -320,8 +330,8 @@ def _counted_inputs(plan: Plan, spec: OperatorSpec) -> list[str]:
     if up is None or spec.join is None:
         return list(spec.inputs)
     beside = [r.topic for r in rekeys(spec) if r.input != up.name] + [name for _, name in copied(spec)]
-    if in_task(spec, plan.job.spec.operators):  # its stream, read in the aggregate's tasks (§18.7)
-        beside.append(spec.join.left)
+    if in_task(spec, plan.job.spec.operators):  # its source, read in the upstream's tasks (§18.7, §18.8)
+        beside.append(beside_source(spec, plan.job.spec.operators))
     return [up.name, *beside]
 
 
@@ -651,9 +661,9 @@ def apply_stats(plan: Plan, rows: list[Any], ordered: DataFrame, summary: RunSum
     """The counting pass's rows into the summary and every operator's counts; fail on a fatal record, a
     source of several topics or inputs that are not co-partitioned (`ordered` is read only to say which)."""
     copies = {name: op.name for op in plan.operators if op.spec is not None for _, name in copied(op.spec)}
-    # a join in its table aggregate's tasks (§18.7): its stream's records, counted as their source already
-    copies.update({op.spec.join.left: op.name for op in plan.operators if op.spec is not None
-                   and op.spec.join is not None and in_task(op.spec, plan.job.spec.operators)})
+    # a join in its upstream's tasks (§18.7, §18.8): its source's records, counted as their source already
+    copies.update({beside_source(op.spec, plan.job.spec.operators): op.name for op in plan.operators
+                   if op.spec is not None and in_task(op.spec, plan.job.spec.operators)})
     fatal = [r for r in rows if r["_fatal"] is not None]
     if fatal:
         _raise_fatal(ordered)
@@ -718,13 +728,14 @@ def _check_copartitioning(plan: Plan, rows: list[Any], summary_partitions: dict[
             continue  # checked with the sources (below), in the pass that reads them
         if len(op.inputs) > 1 and op.copartitioned and not (op.spec is not None and rekeys(op.spec)):
             check_copartitioned({s: declared.get(s) or observed.get(s, 0) for s in op.inputs}, op.name)
-    for spec in specs:  # a join in its table aggregate's tasks: its stream and the aggregate's input (§18.7)
+    for spec in specs:  # a join in its upstream's tasks: its source and the upstream's first input (§18.7-8)
         up = upstream(spec, specs)
-        if up is not None and up.aggregate is not None and in_task(spec, specs) and spec.join is not None \
-                and {spec.join.left, up.aggregate.input} <= set(declared):
-            check_copartitioned({spec.join.left: declared.get(spec.join.left) or observed.get(spec.join.left, 0),
-                                 up.name: declared.get(up.aggregate.input) or observed.get(up.aggregate.input, 0)},
-                                spec.name)
+        if up is None or not in_task(spec, specs):
+            continue
+        mine, theirs = beside_source(spec, specs), up.inputs[0]
+        if {mine, theirs} <= set(declared):
+            check_copartitioned({mine: declared.get(mine) or observed.get(mine, 0),
+                                 up.name: declared.get(theirs) or observed.get(theirs, 0)}, spec.name)
 
 
 def _check_one_topic_per_source(ordered: DataFrame, rows: list[Any]) -> None:

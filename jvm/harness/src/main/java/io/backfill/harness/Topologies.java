@@ -143,6 +143,10 @@ final class Topologies {
             rekeyedTableJoin(builder, left, how);
             return;
         }
+        if (up.equals("ttjoin")) {
+            twoTableJoins(builder, left, how);
+            return;
+        }
         if (up.equals("atjoin") || up.equals("atself")) {
             aggregateTableJoin(builder, left, how, up.equals("atself"));
             return;
@@ -208,6 +212,27 @@ final class Topologies {
             .selectKey((k, v) -> v.substring(2))
             .join(third, (l, r) -> l + ">" + r, with)
             .map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * A chain "ttjoin": stream "left" (values n,p) joined (how: inner|left) with table "right" (values: regions),
+     * value p|region ("null" without one), and those rows, as they are (same key, same task), inner-joined with
+     * table "third", value row&gt;third's value. Output key: key \t - \t - (a null key as the harness writes it).
+     */
+    private static void twoTableJoins(StreamsBuilder builder, KStream<String, String> left, String how) {
+        KTable<String, String> regions = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        KTable<String, String> third = builder.table("third", Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("third")
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+        ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
+        Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+        KStream<String, String> joined = how.equals("left") ? left.leftJoin(regions, joiner, with)
+            : left.join(regions, joiner, with);
+        joined.join(third, (l, r) -> l + ">" + r, with)
+            .map((k, v) -> KeyValue.pair((k == null ? "\\N" : k) + "\t-\t-", v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
     }
 

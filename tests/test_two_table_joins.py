@@ -60,6 +60,20 @@ def test_each_row_meets_the_second_table_as_the_task_had_it_when_it_took_the_ord
         assert got.summary["operators"]["with_tier"]["dropped"]["no_table_value"] == 4
 
 
+@pytest.mark.parametrize("engine", ["spark", "reference"])
+def test_a_filter_on_the_rows_it_reads_drops_them_before_the_second_join(tmp_path, spark, engine):
+    """`where.left` filters the first join's rows (KStream#filter between the joins): o3's row never reaches
+    the second join, which then has no row; counted as filtered, not ledgered."""
+    second = ("join: {left: with_region, table: tiers, how: inner, where: {left: \"value != 'o3@EU'\"}, "
+              "value: \"concat(left.value, '/', right.value)\"}")
+    got = run_job(tmp_path, _job(second=second), INPUTS, engine=engine)
+    assert got.code == 0, got.stderr
+    assert got.outputs["with_tier"] == [] and got.ledger == []
+    filtered = (got.summary["operators"]["with_tier"]["filtered"] if engine == "spark"
+                else got.summary["filtered"]["with_tier"])
+    assert filtered == 1
+
+
 @pytest.mark.parametrize(("first", "second", "says"), [
     ("join: {left: orders, right: customers, how: inner, window: {before: 1ms, after: 1ms, grace: 0ms}, "
      "value: \"left.value\"}", "",

@@ -304,7 +304,7 @@ def run_reference(job: Job, start: int | None = None, end: int | None = None) ->
             _run_downstream(job, job.spec.operator(name), list(routes.values()), result)
     for op in chain_order(job.spec.operators):  # each after the operator it reads (docs/semantics.md §18)
         if in_task(op, job.spec.operators):
-            continue  # run by _run_task, beside the records of its tasks (§18.7)
+            continue  # run by _run_task, beside the records of its tasks (§18.7-§18.8)
         _run_chained(job, op, result, partitions, list(repartitions.get(op.name, {}).values()))
     _apply_range(job, result)
     result.duration_s = time.time() - started
@@ -369,7 +369,7 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
     specs = job.spec.operators
     ops = {op.name: _processor(op, task, result, rules) for op in specs
            if op.name not in repartitions and (upstream(op, specs) is None or in_task(op, specs))}
-    # the operators that read another in its task: each row it forwards goes through them at once (§18.7)
+    # the operators that read another in its task: each row it forwards goes through them at once (§18.7-§18.8)
     readers = {up.name: [op for op in specs if in_task(op, specs) and upstream(op, specs) is up]
                for up in specs}
     emitted: dict[str, int] = defaultdict(int)  # per upstream, its rows forwarded in this task so far
@@ -395,8 +395,9 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
             for row in result.outputs[op.name][before:] if readers[op.name] else []:
                 forwarded_rec = as_record(op, task, emitted[op.name], row)
                 emitted[op.name] += 1
-                for down in readers[op.name]:
-                    ops[down.name].process(forwarded_rec, seq)
+                for down in readers[op.name]:  # its filter on the rows it reads (a `where.left` over them, §15)
+                    if result.filters is None or result.filters.passes(down.name, op.name, forwarded_rec):
+                        ops[down.name].process(forwarded_rec, seq)
         order.append({"task": task, "seq": seq, "source": rec["source"], "partition": rec["partition"],
                       "offset": rec["offset"], "key": rec["key"], "ts": rec["ts"],
                       **{f"stream_time_{name}": agg.stream_time if agg.stream_time >= 0 else None

@@ -26,6 +26,10 @@ PY=${PYTHON:-python3}
 if [ -x .venv/bin/uv ] || .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9" \
     >/dev/null 2>&1; then
   .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python -e ".[test]"
+  # pyspark comes as a source distribution: uv keeps each build of it (1.4 GB) under a new revision, one per
+  # new environment (a setup, the wheel test's), which filled this machine's disk (70 GB) in a day; the old
+  # revisions go (the current one stays, so nothing is built again)
+  .venv/bin/uv cache prune --quiet 2>/dev/null || true
 else
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 fi

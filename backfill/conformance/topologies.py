@@ -211,14 +211,14 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
     """A chain's two operators: what jvm/harness `Topologies#chain` builds with the DSL."""
     window = (f"{{type: tumbling, size: {c['size']}ms, grace: {c['grace']}ms}}" if c["size"] == c["advance"] else
               f"{{type: hopping, size: {c['size']}ms, advance: {c['advance']}ms, grace: {c['grace']}ms}}")
-    if c["up"] == "rtjoin":  # what Topologies#rekeyedTableJoin builds
+    if c["up"] == "rtjoin":  # what Topologies#tableJoins builds (rekey)
         up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
               "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      where: {left: \"length(value) > 6\"}\n      group_by: {left: \"substr(value, 3)\"}\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
-    if c["up"] == "ttjoin":  # what Topologies#twoTableJoins builds
+    if c["up"] == "ttjoin":  # what Topologies#tableJoins builds
         up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
               "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"

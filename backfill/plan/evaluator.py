@@ -259,12 +259,12 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
         up = upstream(spec, specs)
         assert up is not None
         rows = {**results, **done}[up.name].forwarded_rows()
-        records = forwarded(up, rows)
         stage = dataclasses.replace(plan, sources=(), operators=(op,))
         summary.chained[op.name] = {"from": up.name, "records": 0, "forwarded": rows.count()}
         if in_task(spec, specs):  # in the upstream's tasks, beside a source (§18.7, §18.8)
             chained = _in_task(op, up, rows, ordered, specs, str(plan.job.path))
         else:
+            records = forwarded(up, rows)
             filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows
             chained = _chain_ordered(stage, records, ordered, summary, stored)
         _record_stats(stage, chained, summary)

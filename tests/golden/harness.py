@@ -115,3 +115,19 @@ sinks:
   _ledger: {{format: jsonl, path: out/ledger.jsonl}}
   _runs: {{format: jsonl, path: out/runs.jsonl}}
 """
+
+
+def judged_rows(scenarios: list[Any], folder: Path, versions: tuple[str, ...] = ("4.4.0", "3.6.2")
+                ) -> dict[str, list[tuple]]:
+    """Kafka Streams of each version on a batch of scenarios, fed in the reference engine's order (the job of each
+    version written to `folder/<version>`): asserts that they agree with the reference engine, and returns every
+    row each version forwarded (key, window, value, timestamp)."""
+    from backfill.conformance import check, harness
+
+    rows = {}
+    for version in versions:
+        harness.check_version(version)
+        differ, judged = check.judge_batch(scenarios, version, folder / version)
+        assert [d.scenario.id for d in differ] == [], version
+        rows[version] = [r for sc in scenarios for r in judged[sc.id].rows]
+    return rows

@@ -139,12 +139,8 @@ final class Topologies {
                 .to("out", Produced.with(Serdes.String(), Serdes.String()));
             return;
         }
-        if (up.equals("rtjoin")) {
-            rekeyedTableJoin(builder, left, how);
-            return;
-        }
-        if (up.equals("ttjoin")) {
-            twoTableJoins(builder, left, how);
+        if (up.equals("rtjoin") || up.equals("ttjoin")) {
+            tableJoins(builder, left, how, up.equals("rtjoin"));
             return;
         }
         if (up.equals("atjoin") || up.equals("atself")) {
@@ -153,9 +149,7 @@ final class Topologies {
         }
         KStream<String, String> joined;
         if (up.equals("tjoin")) {
-            KTable<String, String> table = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
-                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
-                    .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+            KTable<String, String> table = plainTable(builder, "right", "table");
             ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
             Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
             joined = how.equals("left") ? left.leftJoin(table, joiner, with) : left.join(table, joiner, with);
@@ -192,48 +186,33 @@ final class Topologies {
     }
 
     /**
-     * A chain "rtjoin": the enrichment chain. Stream "left" (values n,p) joined (how: inner|left) with table "right"
-     * (values: regions), value p|region ("null" without one); rows whose value is longer than 6 characters (a
-     * region of the scenario's own partition) re-keyed to their region (selectKey, a repartition topic) and
-     * inner-joined with table "third" (keyed by region), value row&gt;third's value. Output key: key \t - \t -.
+     * A chain "rtjoin" or "ttjoin": two stream-table joins. Stream "left" (values n,p) joined (how: inner|left) with
+     * table "right" (values: regions), value p|region ("null" without one), then inner-joined with table "third",
+     * value row&gt;third's value. rtjoin, the enrichment chain: rows whose value is longer than 6 characters (a
+     * region of the scenario's own partition) re-keyed to their region first (selectKey, a repartition topic;
+     * "third" is keyed by region). ttjoin: the rows as they are (same key, same task). Output key: key \t - \t -
+     * (a null key as the harness writes it).
      */
-    private static void rekeyedTableJoin(StreamsBuilder builder, KStream<String, String> left, String how) {
-        KTable<String, String> regions = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
-            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
-        KTable<String, String> third = builder.table("third", Consumed.with(Serdes.String(), Serdes.String()),
-            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("third")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
+    private static void tableJoins(StreamsBuilder builder, KStream<String, String> left, String how, boolean rekey) {
+        KTable<String, String> regions = plainTable(builder, "right", "table");
+        KTable<String, String> third = plainTable(builder, "third", "third");
         ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
         Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
         KStream<String, String> joined = how.equals("left") ? left.leftJoin(regions, joiner, with)
             : left.join(regions, joiner, with);
-        joined.filter((k, v) -> v.length() > 6)
-            .selectKey((k, v) -> v.substring(2))
-            .join(third, (l, r) -> l + ">" + r, with)
-            .map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
-            .to("out", Produced.with(Serdes.String(), Serdes.String()));
-    }
-
-    /**
-     * A chain "ttjoin": stream "left" (values n,p) joined (how: inner|left) with table "right" (values: regions),
-     * value p|region ("null" without one), and those rows, as they are (same key, same task), inner-joined with
-     * table "third", value row&gt;third's value. Output key: key \t - \t - (a null key as the harness writes it).
-     */
-    private static void twoTableJoins(StreamsBuilder builder, KStream<String, String> left, String how) {
-        KTable<String, String> regions = builder.table("right", Consumed.with(Serdes.String(), Serdes.String()),
-            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("table")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
-        KTable<String, String> third = builder.table("third", Consumed.with(Serdes.String(), Serdes.String()),
-            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("third")
-                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
-        ValueJoiner<String, String, String> joiner = (l, r) -> l.split(",", -1)[1] + "|" + r;
-        Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
-        KStream<String, String> joined = how.equals("left") ? left.leftJoin(regions, joiner, with)
-            : left.join(regions, joiner, with);
+        if (rekey) {
+            joined = joined.filter((k, v) -> v.length() > 6).selectKey((k, v) -> v.substring(2));
+        }
         joined.join(third, (l, r) -> l + ">" + r, with)
             .map((k, v) -> KeyValue.pair((k == null ? "\\N" : k) + "\t-\t-", v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /** A table of String keys and values read from `topic`, in a key-value store `store` with caching off. */
+    private static KTable<String, String> plainTable(StreamsBuilder builder, String topic, String store) {
+        return builder.table(topic, Consumed.with(Serdes.String(), Serdes.String()),
+            Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as(store)
+                .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled());
     }
 
     /**

@@ -435,13 +435,15 @@ def _registry(wanted: bool, say: Any) -> Iterator[Any]:
 
 def _avro_values(url: str, values: list[str]) -> list[bytes]:
     """The JSON clicks as Avro through confluent-kafka's serializer: the first half v1, the rest v2 (`device`)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    client = SchemaRegistryClient({"url": url})
+    from backfill.io.registry import serializer_client
+
+    client, conf = serializer_client(url)
     ctx = SerializationContext(TOPIC, MessageField.VALUE)
-    v1, v2 = AvroSerializer(client, json.dumps(CLICK_AVRO)), AvroSerializer(client, json.dumps(CLICK_AVRO_V2))
+    v1 = AvroSerializer(client, json.dumps(CLICK_AVRO), conf=conf)
+    v2 = AvroSerializer(client, json.dumps(CLICK_AVRO_V2), conf=conf)
     half = len(values) // 2
     return [v1(json.loads(v), ctx) if i < half else v2({**json.loads(v), "device": "app"}, ctx)
             for i, v in enumerate(values)]

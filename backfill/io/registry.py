@@ -16,6 +16,7 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 from backfill.errors import SourceError, SpecError
 from backfill.jobspec.models import RegistrySpec
@@ -94,6 +95,19 @@ def _descriptor_set(text: str, schema_id: int, where: str) -> bytes:
                           "cannot compile; give its descriptor set offline (registry: {schemas: DIR} with "
                           f"{schema_id}.desc from protoc --include_imports --descriptor_set_out)") from None
     return descriptor_pb2.FileDescriptorSet(file=[proto]).SerializeToString()
+
+
+def serializer_client(url: str) -> tuple[Any, dict[str, str]]:
+    """confluent-kafka's registry client for producing test and demo data, and the serializer settings to use.
+
+    The client gets a request timeout (its default is none: a registry that stalls once would hang the producer
+    for good; with one, the client retries). The serializers name the subject `<topic>-value` (`-key`) outright:
+    left to its default, confluent-kafka asks the registry for topic associations first on every new topic, an
+    endpoint registries other than Confluent's do not have.
+    """
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": url, "timeout": TIMEOUT_S}), {"subject.name.strategy.type": "TOPIC"}
 
 
 def shown_url(url: str) -> str:

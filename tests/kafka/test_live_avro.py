@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from backfill.cli import app
 from backfill.conformance.harness import LIB, classpath
 from backfill.io.kafka import client_config, create_topic, produce
+from backfill.io.registry import serializer_client
 from tests.conftest import read_jsonl
 from tests.kafka.live_app import LiveApp
 from tests.kafka.test_live_stream import _end_offsets
@@ -54,12 +55,12 @@ class AvroApp(LiveApp):
 
 def _input(registry_url: str, topic: str) -> list[dict[str, Any]]:
     """300 records through confluent-kafka's AvroSerializer (it registers the key and value schemas)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    client = SchemaRegistryClient({"url": registry_url})
-    keys, values = AvroSerializer(client, json.dumps("string")), AvroSerializer(client, json.dumps(CLICK))
+    client, conf = serializer_client(registry_url)
+    keys = AvroSerializer(client, json.dumps("string"), conf=conf)
+    values = AvroSerializer(client, json.dumps(CLICK), conf=conf)
     key_ctx, value_ctx = SerializationContext(topic, MessageField.KEY), SerializationContext(topic, MessageField.VALUE)
     records = []
     for i in range(300):
@@ -105,7 +106,7 @@ def _verify(job: Path, bootstrap: str, topic: str, report: Path) -> tuple[int, d
 def test_a_live_application_with_avro_keys_and_values_reconciles_its_windowed_topic(
         emit: str, kafka_broker: Any, schema_registry: Any, spark: Any, tmp_path: Path) -> None:
     import fastavro
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry import Schema
 
     bootstrap, url = kafka_broker.bootstrap, schema_registry.url
     tag = uuid.uuid4().hex[:8]
@@ -113,7 +114,7 @@ def test_a_live_application_with_avro_keys_and_values_reconciles_its_windowed_to
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 2)
     records = _input(url, source)
-    client = SchemaRegistryClient({"url": url})
+    client, _ = serializer_client(url)
     key_id = client.register_schema(f"{sink}-key", Schema(json.dumps("string"), "AVRO"))
     value_id = client.register_schema(f"{sink}-value", Schema(json.dumps(AGG), "AVRO"))
     ids = {int.from_bytes(r[f][1:5], "big") for r in records for f in ("key", "value")} | {key_id, value_id}

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.io.kafka import create_topic, produce
+from backfill.io.registry import serializer_client
 from tests.conftest import read_jsonl
 from tests.formats.clicks import CLICK_V1, CLICK_V2, demo_job, demo_records, outputs, versioned, write_jsonl
 
@@ -32,19 +33,19 @@ def _strip(rows: dict[str, list[str]]) -> dict[str, list[str]]:
 
 def _serialized(registry: Any, topic: str, values: list[tuple[Any, Any]], kind: str) -> list[bytes]:
     """Each (schema, value) through confluent-kafka's serializer of `kind` (it registers the schema)."""
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    client = SchemaRegistryClient({"url": registry.url})
+    client, conf = serializer_client(registry.url)
     ctx = SerializationContext(topic, MessageField.VALUE)
     cache: dict[str, Any] = {}
     out = []
     for schema, value in values:
         text = json.dumps(schema)
         if text not in cache:
-            cache[text] = AvroSerializer(client, text) if kind == "avro" else JSONSerializer(text, client)
+            cache[text] = (AvroSerializer(client, text, conf=conf) if kind == "avro"
+                           else JSONSerializer(text, client, conf=conf))
         out.append(cache[text](value, ctx))
     return out
 
@@ -111,7 +112,6 @@ sinks:
 
 
 def test_protobuf_values_through_the_registry(tmp_path, kafka_broker, schema_registry, spark):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -125,8 +125,8 @@ def test_protobuf_values_through_the_registry(tmp_path, kafka_broker, schema_reg
     pool.Add(proto)
     click = message_factory.GetMessageClass(pool.FindMessageTypeByName("demo.Click"))
     topic = f"pb{uuid.uuid4().hex[:6]}"
-    serializer = ProtobufSerializer(click, SchemaRegistryClient({"url": schema_registry.url}),
-                                    {"use.deprecated.format": False})
+    client, conf = serializer_client(schema_registry.url)
+    serializer = ProtobufSerializer(click, client, {"use.deprecated.format": False, **conf})
     ctx = SerializationContext(topic, MessageField.VALUE)
     values = [serializer(click(user="a", amount=a, tags=["x"] * i), ctx) for i, a in enumerate((1.5, 2.0))]
     values.append(values[0][:6] + b"\xff\xff")  # a payload that does not decode

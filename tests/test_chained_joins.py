@@ -87,7 +87,7 @@ def test_an_enrichment_chain_reads_the_first_joins_rows_through_its_repartition_
     ("""
     join: {left: with_customer, table: products, how: left, value: "left.value"}""",
      "operators.with_product.join.left: 'with_customer' re-keys or reads an operator; its rows are read without a "
-     "re-key only when it joins sources as they are: re-key it (group_by: {left: <new key>})"),
+     "re-key only when it reads sources as they are: re-key it (group_by: {left: <new key>})"),
     ("""
     join: {left: with_customer, right: products, how: inner, window: {before: 1ms, after: 1ms, grace: 0ms},
            value: "left.value"}""",

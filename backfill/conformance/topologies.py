@@ -23,6 +23,8 @@ POLICIES = {"skip": 1, "pt": 2}  # an `invalid` configuration's on_invalid, and 
 INVALID_SHARE = 0.1  # of an `invalid` scenario's records (never its first: partition_time needs one before)
 FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
 WINDOW_UPS = ("agg", "sess", "slide")  # a chain whose upstream counts one stream in windows
+# a chain whose downstream is a stream-table join (the others' is a window or table aggregate)
+TABLE_JOIN_DOWN = ("rtjoin", "atjoin", "atself", "ttjoin", "ajoin")
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
 
@@ -51,6 +53,9 @@ def configs(kind: str) -> list[dict[str, Any]]:
             for up in ("atjoin", "atself") for h in ("inner", "left")] + [
             # a stream-table join's rows joined, as they are, with a second table of the same keys
             {"up": "ttjoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
+            for h in ("inner", "left")] + [
+            # an aggregation's every update joined, as it is, with a table of the same keys
+            {"up": "ajoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
             for h in ("inner", "left")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
@@ -137,7 +142,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
             if kind == "chain" and value is not None:
                 if side == "left":
                     value = f"{rng.randint(-3, 9)},{rng.choice('xyz')}"
-                elif config["up"] in ("tjoin", "rtjoin", "ttjoin") and side == "right":
+                elif config["up"] in ("tjoin", "rtjoin", "ttjoin", "ajoin") and side == "right":
                     value = rng.choice(["r1", "r2", "r2", "x"])
             key = rng.choice(keys)
             if side == "third" and config["up"] == "rtjoin":
@@ -224,6 +229,14 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+    if c["up"] == "ajoin":  # what Topologies#aggregateStreamJoin builds
+        up = (f"    aggregate:\n      input: {sources['left']}\n"
+              "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, value)\"}}}\n"
+              "      emit: updates")
+        down = (f"    join:\n      left: {name}_up\n      table: {sources['right']}\n      how: {c['how']}\n"
+                "      value: \"concat(cast(left.value.c as string), '|', left.value.f, '>', "
+                "coalesce(right.value, 'null'))\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
     if c["up"] in ("atjoin", "atself"):  # what Topologies#aggregateTableJoin builds
         counted = sources["left" if c["up"] == "atself" else "right"]
         up = (f"    aggregate:\n      input: {counted}\n"
@@ -300,7 +313,7 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
-        if config.get("up") in ("rtjoin", "atjoin", "atself", "ttjoin"):
+        if config.get("up") in TABLE_JOIN_DOWN:
             return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])

@@ -110,7 +110,7 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
 def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
     """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources: a
     stream-table join whose table a table aggregate computes (docs/semantics.md §18.7), or whose stream is
-    another stream-table join's rows, not re-keyed (§18.8)."""
+    another stream-table join's or a table aggregate's rows, not re-keyed (§18.8)."""
     up = upstream(op, operators)
     return up is not None and op.join is not None and op.join.table is not None and not rekeys(op)
 
@@ -147,18 +147,19 @@ def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
 
 def stream_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
     """Why stream-table join `op` cannot read operator `up`'s rows as its stream without a re-key (None: it can,
-    docs/semantics.md §18.8): `up` is a stream-table join over sources, not re-keyed, that forwards each row at
-    once (no grace), and `op`'s table is another topic."""
+    docs/semantics.md §18.8): `up` is a stream-table join or a table aggregate over sources, not re-keyed, that
+    forwards each row at once (a join without grace; an aggregate's every update), and `op`'s table is another
+    topic."""
     assert op.join is not None
     fix = "re-key it (group_by: {left: <new key>}) to read it through a repartition topic"
-    if not is_table_join(up):
+    if not (is_table_join(up) or is_table_aggregate(up)):
         return (f"{field}.left: reads operator {up.name!r} without a re-key; in the upstream's tasks a join reads "
-                f"a stream-table join's rows only (one row per record, forwarded at once): {fix}")
-    assert up.join is not None
-    if up.join.group_by is not None or not all(up.reads_source(i) for i in up.inputs):
+                "a stream-table join's or a table aggregate's rows only (one row per record, forwarded at once): "
+                f"{fix}")
+    if rekeys(up) or not all(up.reads_source(i) for i in up.inputs):
         return (f"{field}.left: {up.name!r} re-keys or reads an operator; its rows are read without a re-key only "
-                f"when it joins sources as they are: {fix}")
-    if up.join.versioned is not None and up.join.versioned.grace:
+                f"when it reads sources as they are: {fix}")
+    if up.join is not None and up.join.versioned is not None and up.join.versioned.grace:
         return (f"{field}.left: {up.name!r} has a grace period (its rows leave its buffer in another order than "
                 f"their records'), which is not modelled here: {fix}")
     if op.join.versioned is not None:

@@ -304,8 +304,8 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
     """A stream-table join in the tasks of the operator it reads: its source's records in their tasks' order,
     beside the operator's rows placed where the record that made each was processed. The operator is its table
     (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a stream-table join's
-    rows, one per record, §18.8). The table's value goes in a column of its own. Both are in one task order
-    already: nothing is sorted again."""
+    or a table aggregate's rows, one per record, §18.8). The table's value goes in a column of its own. Both are
+    in one task order already: nothing is sorted again."""
     assert op.spec is not None and op.spec.join is not None
     # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
     source = ordered.where((F.col("source") == beside_source(op.spec, specs)) & F.col("_drop").isNull())
@@ -313,7 +313,8 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
         stream = source
         table = as_table(up, rows, source.schema["value"].dataType.simpleString())
     else:
-        stream = forwarded(up, rows, stride=TABLE_JOIN_STRIDE)
+        # the place of the record that made each row: a join's emit_seq is seq * STRIDE, an aggregate's its seq
+        stream = forwarded(up, rows, stride=TABLE_JOIN_STRIDE if up.join is not None else 1)
         table = source.withColumn(TABLE_VALUE, F.col("value")) \
             .withColumn("value", F.lit(None).cast(stream.schema["value"].dataType))
     filters.check_types(op.spec, stream, path)

@@ -147,6 +147,10 @@ final class Topologies {
             aggregateTableJoin(builder, left, how, up.equals("atself"));
             return;
         }
+        if (up.equals("ajoin")) {
+            aggregateStreamJoin(builder, left, how);
+            return;
+        }
         KStream<String, String> joined;
         if (up.equals("tjoin")) {
             KTable<String, String> table = plainTable(builder, "right", "table");
@@ -236,6 +240,26 @@ final class Topologies {
             : left.join(counts, joiner, with);
         // a left join forwards a null key (3.7+): written as the harness writes a null
         joined.map((k, v) -> KeyValue.pair((k == null ? "\\N" : k) + "\t-\t-", v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * A chain "ajoin": an aggregation's update stream joined, as it is, with a table. Stream "left" grouped by key
+     * and aggregated (count|fold of the values, caching off); every update (KTable#toStream) joined (how:
+     * inner|left) with table "right", value count|fold&gt;region ("null" without one). Output key: key \t - \t -.
+     */
+    private static void aggregateStreamJoin(StreamsBuilder builder, KStream<String, String> left, String how) {
+        KTable<String, String> regions = plainTable(builder, "right", "table");
+        KStream<String, String> updates = left.groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+            .aggregate(() -> "0|", (k, v, acc) -> fold(acc, v),
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("counts")
+                    .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
+            .toStream();
+        ValueJoiner<String, String, String> joiner = (c, r) -> c + ">" + r;
+        Joined<String, String, String> with = Joined.with(Serdes.String(), Serdes.String(), Serdes.String());
+        KStream<String, String> joined = how.equals("left") ? updates.leftJoin(regions, joiner, with)
+            : updates.join(regions, joiner, with);
+        joined.map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
     }
 

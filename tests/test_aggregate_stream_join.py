@@ -66,7 +66,7 @@ def test_each_update_meets_the_table_as_the_task_had_it_when_it_took_the_view(tm
     ("aggregate: {input: views, window: {type: tumbling, size: 10ms, grace: 0ms}, aggregations: {n: count()}, "
      "emit: updates}", "",
      "operators.enriched.join.left: reads operator 'counts' without a re-key; in the upstream's tasks a join reads "
-     "a stream-table join's or a table aggregate's rows only"),
+     "a join's or a table aggregate's rows only"),
     ("aggregate: {input: views, group_by: value, aggregations: {n: count()}, emit: updates}", "",
      "operators.enriched.join.left: 'counts' re-keys or reads an operator"),
     ("", "join: {left: counts, table: views, how: inner, value: \"left.value\"}",

@@ -38,7 +38,7 @@ WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as s
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
              "slfin", "slfin_count", "sj_table", "sj_join", "t_fold", "sn",
-             "s_seen", "tj_t", "sn_u")
+             "s_seen", "tj_t", "sn_u", "sj_u")
 # a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
 # side
 REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
@@ -142,6 +142,10 @@ def _job(seed: int) -> str:
               "value)\"}}}, emit: updates}",
         "s_seen": "join: {left: s, table: sn, how: inner, "
                   "value: \"concat(left.value, '#', cast(right.value.n as string), '#', right.value.trail)\"}",
+        # a stream-stream join's rows (several at one record, an outer join's later) joined as they are with a
+        # table, in the same tasks (§18.8)
+        "sj_u": f"join: {{left: sj, table: u, how: {rng.choice(['inner', 'left'])}, "
+                "value: \"concat(left.value, '@', coalesce(right.value, '-'))\"}",
         # that count's every update joined as it is with a table, in the same tasks (§18.8)
         "sn_u": f"join: {{left: sn, table: u, how: {rng.choice(['inner', 'left'])}, "
                 "where: {left: \"value.n != 2\"}, "
@@ -182,7 +186,7 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
         assert sum(len(oracle.outputs[name]) for name in chained) > 200  # not vacuous
         assert all(oracle.outputs[name] for name in ("fin_by_n", "fin_window", "sfin_count", "slfin_count"))
         # rows of the chained joins that met the other side (a tiny example may have none)
-        for name in ("sj_table", "sj_join", "t_fold", "tj_t", "sn_u"):
+        for name in ("sj_table", "sj_join", "t_fold", "tj_t", "sn_u", "sj_u"):
             assert len(oracle.outputs["sj"]) < 40 or any(not r["value"].endswith("@-") for r in oracle.outputs[name]), \
                 name
 

@@ -47,7 +47,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 37),
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 40),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",

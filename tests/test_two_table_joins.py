@@ -75,10 +75,6 @@ def test_a_filter_on_the_rows_it_reads_drops_them_before_the_second_join(tmp_pat
 
 
 @pytest.mark.parametrize(("first", "second", "says"), [
-    ("join: {left: orders, right: customers, how: inner, window: {before: 1ms, after: 1ms, grace: 0ms}, "
-     "value: \"left.value\"}", "",
-     "operators.with_tier.join.left: reads operator 'with_region' without a re-key; in the upstream's tasks a join "
-     "reads a stream-table join's or a table aggregate's rows only"),
     ("join: {left: orders, table: customers, how: left, group_by: {left: value}, value: \"left.value\"}", "",
      "operators.with_tier.join.left: 'with_region' re-keys or reads an operator"),
     ("join: {left: orders, table: customers, how: left, versioned: {history_retention: 10ms, grace: 2ms}, "

@@ -59,7 +59,8 @@ def counted_drops(sc: Scenario, version: str | None) -> dict[str | None, tuple[s
         return {sc.operator: dropped_reasons(sc.kind, version)}
     up = {"tjoin": "table_join", "sjoin": "join", "agg": "aggregate", "sess": "session",
           "slide": "sliding", "rtjoin": "table_join", "atjoin": "table",
-          "atself": "table", "ttjoin": "table_join", "ajoin": "table"}[sc.config["up"]]
+          "atself": "table", "ttjoin": "table_join", "ajoin": "table",
+          "sjt": "join"}[sc.config["up"]]
     down = "table_join" if sc.config["up"] in topologies.TABLE_JOIN_DOWN else "aggregate"
     return {sc.operator: dropped_reasons(down, version), f"{sc.operator}_up": dropped_reasons(up, version)}
 

@@ -24,7 +24,7 @@ INVALID_SHARE = 0.1  # of an `invalid` scenario's records (never its first: part
 FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" text contains it)
 WINDOW_UPS = ("agg", "sess", "slide")  # a chain whose upstream counts one stream in windows
 # a chain whose downstream is a stream-table join (the others' is a window or table aggregate)
-TABLE_JOIN_DOWN = ("rtjoin", "atjoin", "atself", "ttjoin", "ajoin")
+TABLE_JOIN_DOWN = ("rtjoin", "atjoin", "atself", "ttjoin", "ajoin", "sjt")
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
 
@@ -56,7 +56,11 @@ def configs(kind: str) -> list[dict[str, Any]]:
             for h in ("inner", "left")] + [
             # an aggregation's every update joined, as it is, with a table of the same keys
             {"up": "ajoin", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 0, "after": 0, "jgrace": 0}
-            for h in ("inner", "left")]
+            for h in ("inner", "left")] + [
+            # a stream-stream join's rows (several per record, an outer join's later) joined as they are with a
+            # table of the same keys
+            {"up": "sjt", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 2, "after": 3, "jgrace": 1}
+            for h in ("inner", "left", "outer")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -128,7 +132,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     out: list[dict[str, Any]] = []
     recent: list[int] = []
     sides = (("left", "l"),) if config.get("up") in (*WINDOW_UPS, "atself") else (("right", "t"), ("left", "l"))
-    if config.get("up") in ("rtjoin", "ttjoin"):  # the second table (rtjoin: keyed by region, see as_written)
+    if config.get("up") in ("rtjoin", "ttjoin", "sjt"):  # the second table (rtjoin: keyed by region, see as_written)
         sides += (("third", "c"),)
     for side, prefix in sides:
         for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
@@ -226,6 +230,13 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
     if c["up"] == "ttjoin":  # what Topologies#tableJoins builds
         up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: {c['how']}\n"
               "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
+        down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
+                "      value: \"concat(left.value, '>', right.value)\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+    if c["up"] == "sjt":  # what Topologies#chain builds for it
+        up = (f"    join:\n      left: {sources['left']}\n      right: {sources['right']}\n      how: {c['how']}\n"
+              f"      window: {{before: {c['before']}ms, after: {c['after']}ms, grace: {c['jgrace']}ms}}\n"
+              "      value: \"concat(coalesce(substr(left.value, -1), '-'), '|', coalesce(right.value, '-'))\"")
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"

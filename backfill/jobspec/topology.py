@@ -110,7 +110,7 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
 def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
     """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources: a
     stream-table join whose table a table aggregate computes (docs/semantics.md §18.7), or whose stream is
-    another stream-table join's or a table aggregate's rows, not re-keyed (§18.8)."""
+    a join's or a table aggregate's rows, not re-keyed (§18.8)."""
     up = upstream(op, operators)
     return up is not None and op.join is not None and op.join.table is not None and not rekeys(op)
 
@@ -147,15 +147,15 @@ def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
 
 def stream_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
     """Why stream-table join `op` cannot read operator `up`'s rows as its stream without a re-key (None: it can,
-    docs/semantics.md §18.8): `up` is a stream-table join or a table aggregate over sources, not re-keyed, that
-    forwards each row at once (a join without grace; an aggregate's every update), and `op`'s table is another
-    topic."""
+    docs/semantics.md §18.8): `up` is a join or a table aggregate over sources, not re-keyed, whose rows keep
+    their key (a stream-table join without grace; a stream-stream join; an aggregate's every update), and `op`'s
+    table is another topic."""
     assert op.join is not None
     fix = "re-key it (group_by: {left: <new key>}) to read it through a repartition topic"
-    if not (is_table_join(up) or is_table_aggregate(up)):
+    if not (up.join is not None or is_table_aggregate(up)):
         return (f"{field}.left: reads operator {up.name!r} without a re-key; in the upstream's tasks a join reads "
-                "a stream-table join's or a table aggregate's rows only (one row per record, forwarded at once): "
-                f"{fix}")
+                "a join's or a table aggregate's rows only (a windowed aggregate's keys are windows, not the "
+                f"table's keys): {fix}")
     if rekeys(up) or not all(up.reads_source(i) for i in up.inputs):
         return (f"{field}.left: {up.name!r} re-keys or reads an operator; its rows are read without a re-key only "
                 f"when it reads sources as they are: {fix}")

@@ -208,7 +208,7 @@ class TableJoin(Operator):
         if self._forwards_null_keys():
             nulls = stream.where(F.col("key").isNull() & F.col("value").isNotNull())
             found = found.unionByName(nulls.withColumn("_right", F.lit(None).cast(found.schema["_right"].dataType))
-                                      .withColumn("_at", F.col("seq")).withColumn("_pos", F.lit(0).cast("long")),
+                                      .withColumn("_at", F.col("seq")).withColumn("_pos", _place(nulls)),
                                       allowMissingColumns=True)
         found = found.persist(StorageLevel.MEMORY_AND_DISK)
         self.found["frame"] = found
@@ -276,7 +276,13 @@ def _latest(joinable: DataFrame, table: DataFrame) -> DataFrame:
     out = both.withColumn("_last", latest).where(F.col("_t").isNull())
     right = F.when(F.col("_last.r.value").isNotNull(), F.col("_last.r"))
     return out.withColumn("_right", right).withColumn("_at", F.col("seq")).withColumn(
-        "_pos", F.lit(0).cast("long")).drop("_t", "_last")
+        "_pos", _place(joinable)).drop("_t", "_last")
+
+
+def _place(stream: DataFrame) -> Column:
+    """A stream row's place among the rows at its seq: 0, but for a stream-stream join's rows read in its tasks,
+    several at the record that forwarded them (`_pos`, docs/semantics.md §18.8)."""
+    return F.col("_pos") if "_pos" in stream.columns else F.lit(0).cast("long")
 
 
 def _as_of(released: DataFrame, accepted: DataFrame, recs: DataFrame, history: int) -> DataFrame:

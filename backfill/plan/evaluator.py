@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -31,7 +31,7 @@ from backfill.io.sinks import Staged, discard, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import CONFLICTING_OFFSET, INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
-from backfill.ops.join import as_processed
+from backfill.ops.join import STRIDE as JOIN_STRIDE, as_processed
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
@@ -303,9 +303,10 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
              path: str) -> DataFrame:
     """A stream-table join in the tasks of the operator it reads: its source's records in their tasks' order,
     beside the operator's rows placed where the record that made each was processed. The operator is its table
-    (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a stream-table join's
-    or a table aggregate's rows, one per record, §18.8). The table's value goes in a column of its own. Both are
-    in one task order already: nothing is sorted again."""
+    (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a join's or a table
+    aggregate's rows, §18.8: each at the seq of the record whose processing forwarded it, `_pos` its place among
+    that record's rows). The table's value goes in a column of its own. Both are in one task order already:
+    nothing is sorted again."""
     assert op.spec is not None and op.spec.join is not None
     # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
     source = ordered.where((F.col("source") == beside_source(op.spec, specs)) & F.col("_drop").isNull())
@@ -313,8 +314,13 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
         stream = source
         table = as_table(up, rows, source.schema["value"].dataType.simpleString())
     else:
-        # the place of the record that made each row: a join's emit_seq is seq * STRIDE, an aggregate's its seq
-        stream = forwarded(up, rows, stride=TABLE_JOIN_STRIDE if up.join is not None else 1)
+        # the place of the record that forwarded each row: a join's emit_seq is seq * its STRIDE + the row's place,
+        # an aggregate's the seq itself (one update per record)
+        stride = 1 if up.join is None else TABLE_JOIN_STRIDE if up.join.table is not None else JOIN_STRIDE
+        stream = forwarded(up, rows, stride=stride)
+        if stride == JOIN_STRIDE:  # a stream-stream join forwards several rows at one record
+            place = Window.partitionBy("task", "seq").orderBy("offset")
+            stream = stream.withColumn("_pos", (F.row_number().over(place) - 1).cast("long"))
         table = source.withColumn(TABLE_VALUE, F.col("value")) \
             .withColumn("value", F.lit(None).cast(stream.schema["value"].dataType))
     filters.check_types(op.spec, stream, path)

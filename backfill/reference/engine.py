@@ -392,8 +392,9 @@ def _run_task(job: Job, task: int, queues: list[Queue], result: ReferenceResult,
                 continue
             before = len(result.outputs[op.name])
             ops[op.name].process(rec, seq)
-            for row in result.outputs[op.name][before:] if readers[op.name] else []:
-                forwarded_rec = as_record(op, task, emitted[op.name], row)
+            for pos, row in enumerate(result.outputs[op.name][before:] if readers[op.name] else []):
+                # its place among the rows this record made (a stream-stream join forwards several, §18.8)
+                forwarded_rec = {**as_record(op, task, emitted[op.name], row), "_pos": pos}
                 emitted[op.name] += 1
                 for down in readers[op.name]:  # its filter on the rows it reads (a `where.left` over them, §15)
                     if result.filters is None or result.filters.passes(down.name, op.name, forwarded_rec):

@@ -108,8 +108,8 @@ class TableJoin:
             self._ledger(rec, "null_key" if key is None else "null_value")
             return
         grace = self.versioned.grace if self.versioned is not None else 0
-        if not grace:
-            self._join(rec, seq, 0)
+        if not grace:  # a row forwarded in the task: its place among its record's rows (docs/semantics.md §18.8)
+            self._join(rec, seq, rec.get("_pos", 0))
             return
         if key is None:
             raise SourceError(f"operators.{self.op.name}: stream record {rec['topic']}/{rec['partition']}@"

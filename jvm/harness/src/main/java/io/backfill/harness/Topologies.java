@@ -175,6 +175,13 @@ final class Topologies {
                 case "outer" -> left.outerJoin(right, joiner, windows, with);
                 default -> throw new IllegalArgumentException("unknown join: " + how);
             };
+            if (up.equals("sjt")) {  // the rows as they are, joined with table "third" of the same keys
+                joined.join(plainTable(builder, "third", "third"), (l, r) -> l + ">" + r,
+                        Joined.with(Serdes.String(), Serdes.String(), Serdes.String()))
+                    .map((k, v) -> KeyValue.pair((k == null ? "\\N" : k) + "\t-\t-", v))
+                    .to("out", Produced.with(Serdes.String(), Serdes.String()));
+                return;
+            }
             joined = joined.filter((k, v) -> !v.startsWith("x"));
         }
         boolean table = up.equals("tjoin");

@@ -94,10 +94,11 @@ def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(
                 for task, recs in streams.items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 13 has
-    # them under both mechanisms in its first 200 scenarios (of seeds 0-15, the only one)
+    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 14 has
+    # them under on_window_close and seed 20 under suppress in their first 200 scenarios (of seeds 0-28, none has
+    # both since the 40 chain configurations)
     found = []
-    for seed in (13,):
+    for seed in (14, 20):
         [(_, r)] = check.run_kind("chain", 200, seed, ["4.4.0"], ("reference",), None, tmp_path / str(seed), None)
         assert 0 < len(r.differences) < r.scenarios
         found += r.differences

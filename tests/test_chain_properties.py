@@ -5,7 +5,8 @@ over the same three co-partitioned sources: hopping updates read by a filtered w
 a stream-table join re-keyed by the table's value (null new keys), a stream-stream join (pairs and unmatched
 rows) read by session windows and, re-keyed, by a stream-table and a stream-stream join, a deleting fold read by a
 table (tombstones are null values) and joined as a table by another stream, a count joined by its own stream,
-a stream-table join's rows joined with a second table in the same tasks, session updates read by a window.
+a stream-table join's rows joined with a second table in the same tasks, session updates read by a window, a
+stream-table join's rows and a count's updates joined in windows with a stream in the same tasks.
 Timestamps go backwards, tie and jump; keys and values are sometimes null.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ WINDOW_TEXT = "concat(cast(value.window_start as string), '/', cast(value.n as s
 OPERATORS = ("upd", "upd_busy", "upd_by_start", "tj", "tj_by_r", "sj", "sj_sessions", "fold", "fold_count", "sess",
              "sess_window", "fin", "fin_by_n", "fin_window", "sfin", "sfin_count",
              "slfin", "slfin_count", "sj_table", "sj_join", "t_fold", "sn",
-             "s_seen", "tj_t", "sn_u", "sj_u")
+             "s_seen", "tj_t", "sn_u", "sj_u", "tj_tw", "sn_tw")
 # a chained join re-keys the rows it reads: a letter from the left value's number, none for a row without a left
 # side
 REKEY = "if(substr(value, 1, 1) = '-', null, substr('abcab', cast(substr(value, 2, 1) as int) + 1, 1))"
@@ -150,6 +151,16 @@ def _job(seed: int) -> str:
         "sn_u": f"join: {{left: sn, table: u, how: {rng.choice(['inner', 'left'])}, "
                 "where: {left: \"value.n != 2\"}, "
                 "value: \"concat(cast(left.value.n as string), left.value.trail, '@', coalesce(right.value, '-'))\"}",
+        # a stream-table join's rows, and that count's every update, joined as they are with a stream in windows,
+        # in the same tasks (§18.9): struct rows beside plain values
+        "tj_tw": f"join: {{left: tj, right: t, how: {rng.choice(['inner', 'left', 'outer'])}, "
+                 f"window: {{before: {before}ms, after: {after}ms, grace: {g[4]}ms}}, "
+                 "value: \"concat(coalesce(left.value.v, '-'), '@', coalesce(left.value.r, '-'), '+', "
+                 "coalesce(right.value, '-'))\"}",
+        "sn_tw": f"join: {{left: t, right: sn, how: {rng.choice(['inner', 'left', 'outer'])}, "
+                 f"window: {{before: {after}ms, after: {before}ms, grace: {g[5]}ms}}, "
+                 "value: \"concat(coalesce(left.value, '-'), '@', coalesce(cast(right.value.n as string), '-'), "
+                 "coalesce(right.value.trail, '-'))\"}",
     }
     sources = "".join(f"  {name}: {{format: jsonl, path: inputs/{name}.jsonl, value: {{format: string}}, "
                       f"partitions: {PARTITIONS}}}\n" for name in SOURCES)
@@ -189,5 +200,8 @@ def test_spark_chains_equal_reference(tmp_path_factory, spark, batch):
         for name in ("sj_table", "sj_join", "t_fold", "tj_t", "sn_u", "sj_u"):
             assert len(oracle.outputs["sj"]) < 40 or any(not r["value"].endswith("@-") for r in oracle.outputs[name]), \
                 name
+        for name in ("tj_tw", "sn_tw"):  # pairs, not only unmatched rows
+            assert len(oracle.outputs["sj"]) < 40 or any("-@" not in r["value"] and not r["value"].endswith("-")
+                                                         for r in oracle.outputs[name]), name
 
     check()

@@ -74,8 +74,9 @@ def test_a_join_over_an_operator_it_does_not_rekey_is_refused(tmp_path):
     join = ("join: {left: a, right: s, how: inner, window: {before: 1s, after: 1s, grace: 0ms}, "
             "value: \"concat(left.value, right.value)\"}")
     line = _refused(_job(tmp_path, {"a": _agg("s"), "j": join}))
-    assert ("operators.j.join.left: reads operator 'a' without a re-key; a join reads an operator through a "
-            "repartition topic only: add group_by: {left: <new key>}") in line
+    assert ("operators.j.join.left: reads operator 'a' without a re-key; in the upstream's tasks a stream-stream "
+            "join reads a stream-table join's or a table aggregate's rows only (a windowed aggregate's keys are "
+            "windows, not the other side's keys): re-key it (group_by: {left: <new key>})") in line
 
 
 def test_a_join_of_two_operators_is_refused(tmp_path):

@@ -47,7 +47,7 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 40),
+@pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 46),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
@@ -94,11 +94,10 @@ def test_final_windows_forwarded_by_timestamp_instead_of_as_released_are_caught(
                 for task, recs in streams.items()}
 
     monkeypatch.setattr(engine, "forwarded", by_timestamp)
-    # windows of one start and several keys whose timestamps disagree with their key order are rare: seed 14 has
-    # them under on_window_close and seed 20 under suppress in their first 200 scenarios (of seeds 0-28, none has
-    # both since the 40 chain configurations)
+    # windows of one start and several keys whose timestamps disagree with their key order are rare: with the 46
+    # chain configurations, seed 5 is the first (of 0-5) whose first 200 scenarios have them under both mechanisms
     found = []
-    for seed in (14, 20):
+    for seed in (5,):
         [(_, r)] = check.run_kind("chain", 200, seed, ["4.4.0"], ("reference",), None, tmp_path / str(seed), None)
         assert 0 < len(r.differences) < r.scenarios
         found += r.differences

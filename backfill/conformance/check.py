@@ -60,8 +60,9 @@ def counted_drops(sc: Scenario, version: str | None) -> dict[str | None, tuple[s
     up = {"tjoin": "table_join", "sjoin": "join", "agg": "aggregate", "sess": "session",
           "slide": "sliding", "rtjoin": "table_join", "atjoin": "table",
           "atself": "table", "ttjoin": "table_join", "ajoin": "table",
-          "sjt": "join"}[sc.config["up"]]
-    down = "table_join" if sc.config["up"] in topologies.TABLE_JOIN_DOWN else "aggregate"
+          "sjt": "join", "tsj": "table_join", "asj": "table"}[sc.config["up"]]
+    down = "table_join" if sc.config["up"] in topologies.TABLE_JOIN_DOWN else \
+        "join" if sc.config["up"] in topologies.STREAM_JOIN_DOWN else "aggregate"
     return {sc.operator: dropped_reasons(down, version), f"{sc.operator}_up": dropped_reasons(up, version)}
 
 

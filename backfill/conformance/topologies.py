@@ -25,6 +25,9 @@ FILTERED = "x"  # the filter kinds drop a value whose p is x (Java: the "n,p" te
 WINDOW_UPS = ("agg", "sess", "slide")  # a chain whose upstream counts one stream in windows
 # a chain whose downstream is a stream-table join (the others' is a window or table aggregate)
 TABLE_JOIN_DOWN = ("rtjoin", "atjoin", "atself", "ttjoin", "ajoin", "sjt")
+# a chain whose downstream is a stream-stream join, in the upstream's tasks (a stream-table join's rows, an
+# aggregation's updates)
+STREAM_JOIN_DOWN = ("tsj", "asj")
 TOMB = "if(value.p = 'z', null, concat(acc, value.p))"  # a lone fold giving null: the key is deleted
 
 
@@ -60,7 +63,11 @@ def configs(kind: str) -> list[dict[str, Any]]:
             # a stream-stream join's rows (several per record, an outer join's later) joined as they are with a
             # table of the same keys
             {"up": "sjt", "how": h, "size": 0, "advance": 0, "grace": 0, "before": 2, "after": 3, "jgrace": 1}
-            for h in ("inner", "left", "outer")]
+            for h in ("inner", "left", "outer")] + [
+            # a stream-table join's rows (tsj), or an aggregation's every update (asj), joined as they are with a
+            # stream of the same keys in join windows
+            {"up": up, "how": h, "size": 0, "advance": 0, "grace": 0, "before": b, "after": a, "jgrace": g}
+            for up, b, a, g in (("tsj", 2, 3, 1), ("asj", 0, 5, 0)) for h in ("inner", "left", "outer")]
     if kind == "invalid":
         return [{"size": s, "advance": a, "grace": g, "emit": "updates", "policy": p}
                 for s, a, g in ((10, 10, 0), (10, 5, 3), (12, 5, 2)) for p in POLICIES]
@@ -132,7 +139,8 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
     out: list[dict[str, Any]] = []
     recent: list[int] = []
     sides = (("left", "l"),) if config.get("up") in (*WINDOW_UPS, "atself") else (("right", "t"), ("left", "l"))
-    if config.get("up") in ("rtjoin", "ttjoin", "sjt"):  # the second table (rtjoin: keyed by region, see as_written)
+    if config.get("up") in ("rtjoin", "ttjoin", "sjt", "tsj"):  # a second table (rtjoin: keyed by region, see
+        # as_written), or (tsj) the stream joined in windows
         sides += (("third", "c"),)
     for side, prefix in sides:
         for offset in range(rng.choice([0, *range(1, 12 if kind == "table_join" else 16)])):
@@ -146,7 +154,7 @@ def records(rng: random.Random, kind: str, config: dict[str, Any]) -> list[dict[
             if kind == "chain" and value is not None:
                 if side == "left":
                     value = f"{rng.randint(-3, 9)},{rng.choice('xyz')}"
-                elif config["up"] in ("tjoin", "rtjoin", "ttjoin", "ajoin") and side == "right":
+                elif config["up"] in ("tjoin", "rtjoin", "ttjoin", "ajoin", "tsj") and side == "right":
                     value = rng.choice(["r1", "r2", "r2", "x"])
             key = rng.choice(keys)
             if side == "third" and config["up"] == "rtjoin":
@@ -240,6 +248,21 @@ def _chain_yaml(name: str, c: dict[str, Any], sources: dict[str, str]) -> str:
         down = (f"    join:\n      left: {name}_up\n      table: {sources['third']}\n      how: inner\n"
                 "      value: \"concat(left.value, '>', right.value)\"")
         return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
+    if c["up"] in STREAM_JOIN_DOWN:  # what Topologies#streamJoinInTask builds
+        window = f"{{before: {c['before']}ms, after: {c['after']}ms, grace: {c['jgrace']}ms}}"
+        if c["up"] == "tsj":
+            up = (f"    join:\n      left: {sources['left']}\n      table: {sources['right']}\n      how: inner\n"
+                  "      value: \"concat(substr(left.value, -1), '|', coalesce(right.value, 'null'))\"")
+            other, mine = sources["third"], "left.value"
+        else:
+            up = (f"    aggregate:\n      input: {sources['left']}\n"
+                  "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, value)\"}}}\n"
+                  "      emit: updates")
+            other, mine = sources["right"], "concat(cast(left.value.c as string), '|', left.value.f)"
+        down = (f"    join:\n      left: {name}_up\n      right: {other}\n      how: {c['how']}\n"
+                f"      window: {window}\n"
+                f"      value: \"concat(coalesce({mine}, '-'), '|', coalesce(right.value, '-'))\"")
+        return f"  - name: {name}_up\n{up}\n  - name: {name}\n{down}"
     if c["up"] == "ajoin":  # what Topologies#aggregateStreamJoin builds
         up = (f"    aggregate:\n      input: {sources['left']}\n"
               "      aggregations: {c: count(), f: {fold: {init: \"''\", step: \"concat(acc, value)\"}}}\n"
@@ -324,7 +347,7 @@ def observed(kind: str, config: dict[str, Any], r: dict[str, Any]) -> tuple:
     if kind == "table_join":
         return (r["key"], None, r["value"], r["ts"])
     if kind == "chain":
-        if config.get("up") in TABLE_JOIN_DOWN:
+        if config.get("up") in (*TABLE_JOIN_DOWN, *STREAM_JOIN_DOWN):
             return (r["key"], None, r["value"], r["ts"])
         window = (r["window_start"], r["window_end"]) if "window_start" in r else None
         return (r["key"], window, f"{r['c']}|{r['f']}", r["ts"])

@@ -100,27 +100,33 @@ def chain_problem(op: OperatorSpec, operators: list[OperatorSpec]) -> str | None
     if op.join.where is not None and getattr(op.join.where, other):
         return (f"{field}.where.{other}: a filter on the source beside an operator is not supported yet; filter "
                 f"the source's topic before the job, or the operator's rows (where.{side})")
+    if op.join.group_by is None:  # a stream-stream join in the upstream's tasks (§18.9)
+        return stream_join_problem(op, up, field, side)
     if op.join.group_by is None or getattr(op.join.group_by, side) is None:
-        return (f"{field}.{side}: reads operator {up.name!r} without a re-key; a join reads an operator through a "
-                f"repartition topic only: add group_by: {{{side}: <new key>}} (selectKey; a chained stream merged "
-                "with a source in one task is not modelled yet)")
+        return (f"{field}.group_by.{other}: re-keys the source while {up.name!r} is read as it is; re-key the "
+                f"operator's side too (group_by: {{{side}: <new key>}}), or neither")
     return None
 
 
 def in_task(op: OperatorSpec, operators: list[OperatorSpec]) -> bool:
-    """Whether `op` runs in the tasks of the operator it reads, record by record beside its sources: a
+    """Whether `op` runs in the tasks of the operator it reads, record by record beside its source: a
     stream-table join whose table a table aggregate computes (docs/semantics.md §18.7), or whose stream is
-    a join's or a table aggregate's rows, not re-keyed (§18.8)."""
+    a join's or a table aggregate's rows (§18.8), or a stream-stream join one of whose sides is a stream-table
+    join's or a table aggregate's rows (§18.9); none re-keys."""
     up = upstream(op, operators)
-    return up is not None and op.join is not None and op.join.table is not None and not rekeys(op)
+    return up is not None and op.join is not None and not rekeys(op)
 
 
 def beside(op: OperatorSpec, operators: list[OperatorSpec]) -> str:
     """The source a join in its upstream's tasks reads beside the operator's rows (`in_task`): its stream when
-    the operator is its table (§18.7), else its table (§18.8)."""
-    assert op.join is not None and op.join.table is not None
+    the operator is its table (§18.7), its table when the operator is its stream (§18.8), a stream-stream
+    join's other side (§18.9)."""
+    assert op.join is not None
     up = upstream(op, operators)
-    return op.join.left if up is not None and op.join.table == up.name else op.join.table
+    name = up.name if up is not None else None
+    if op.join.table is not None:
+        return op.join.left if op.join.table == name else op.join.table
+    return op.join.other if op.join.left == name else op.join.left
 
 
 def table_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None:
@@ -156,17 +162,47 @@ def stream_problem(op: OperatorSpec, up: OperatorSpec, field: str) -> str | None
         return (f"{field}.left: reads operator {up.name!r} without a re-key; in the upstream's tasks a join reads "
                 "a join's or a table aggregate's rows only (a windowed aggregate's keys are windows, not the "
                 f"table's keys): {fix}")
-    if rekeys(up) or not all(up.reads_source(i) for i in up.inputs):
-        return (f"{field}.left: {up.name!r} re-keys or reads an operator; its rows are read without a re-key only "
-                f"when it reads sources as they are: {fix}")
-    if up.join is not None and up.join.versioned is not None and up.join.versioned.grace:
-        return (f"{field}.left: {up.name!r} has a grace period (its rows leave its buffer in another order than "
-                f"their records'), which is not modelled here: {fix}")
+    problem = _as_is_problem(up, f"{field}.left", fix)
+    if problem is not None:
+        return problem
     if op.join.versioned is not None:
         return f"{field}.versioned: a join over an operator's rows reads a plain table here; remove versioned"
     if op.join.table in up.inputs:
         return (f"{field}.table: {op.join.table!r} is read by {up.name!r} too; one topic feeding both is not "
                 "modelled: declare the topic twice")
+    return None
+
+
+def stream_join_problem(op: OperatorSpec, up: OperatorSpec, field: str, side: str) -> str | None:
+    """Why stream-stream join `op` cannot read operator `up`'s rows as its `side` without a re-key (None: it can,
+    docs/semantics.md §18.9): `up` is a stream-table join or a table aggregate over sources, not re-keyed, which
+    forwards at most one row per record, at once, keeping the record's key; the other side is another topic."""
+    assert op.join is not None
+    fix = f"re-key it (group_by: {{{side}: <new key>}}) to read it through a repartition topic"
+    if not ((up.join is not None and up.join.table is not None) or is_table_aggregate(up)):
+        what = ("a stream-stream join forwards several rows at one record, and later ones" if up.join is not None
+                else "a windowed aggregate's keys are windows, not the other side's keys")
+        return (f"{field}.{side}: reads operator {up.name!r} without a re-key; in the upstream's tasks a "
+                f"stream-stream join reads a stream-table join's or a table aggregate's rows only ({what}): {fix}")
+    problem = _as_is_problem(up, f"{field}.{side}", fix)
+    if problem is not None:
+        return problem
+    other = op.join.other if side == "left" else op.join.left
+    if other in up.inputs:
+        return (f"{field}.{'right' if side == 'left' else 'left'}: {other!r} is read by {up.name!r} too; one "
+                "topic feeding both is not modelled: declare the topic twice")
+    return None
+
+
+def _as_is_problem(up: OperatorSpec, at: str, fix: str) -> str | None:
+    """Why operator `up`'s rows cannot be read as they are, in its tasks (§18.8, §18.9), as a line about field `at`:
+    it re-keys or reads an operator, or it is a stream-table join with a grace period."""
+    if rekeys(up) or not all(up.reads_source(i) for i in up.inputs):
+        return (f"{at}: {up.name!r} re-keys or reads an operator; its rows are read without a re-key only when it "
+                f"reads sources as they are: {fix}")
+    if up.join is not None and up.join.versioned is not None and up.join.versioned.grace:
+        return (f"{at}: {up.name!r} has a grace period (its rows leave its buffer in another order than their "
+                f"records'), which is not modelled here: {fix}")
     return None
 
 

@@ -51,6 +51,9 @@ PHASE_BASE = (0, 2**30, STRIDE - 1)
 JAVA_MAX = 2**63 - 1
 KERNEL_SCHEMA = "task int, key {key}, out_seq long, idx long, seq long, ts long"  # key: the job's key type
 FLAG_COLUMNS = ("_side", "_stj", "_to", "_korder")  # what the outer-store kernel needs of a record
+# a join in its upstream's tasks (docs/semantics.md §18.9) whose source has values of another type than the
+# operator's rows: the source's value, its `value` then a placeholder of the rows' type (null where it is null)
+BESIDE_VALUE = "_beside_value"
 
 
 def emit_seq(out_seq: int, phase: int, idx: int) -> int:
@@ -207,8 +210,9 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile,
     joinable = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull()).repartition("task", "key")
     sides = outer_sides(spec)
     # one range join gives the pairs and, null-extended, the left records without any visible row
+    beside = _beside_side(op, recs)
     candidates = _pair_values(_pair_join(joinable, joinable, w, "both", wide=True,
-                                         how="left" if LEFT in sides else "inner"), joiner)
+                                         how="left" if LEFT in sides else "inner"), joiner, beside)
     cached: tuple[DataFrame, ...] = ()
     if sides:  # read again for the flags (and a left join's expired rows): stored as rows once instead of
         # running the range join again; a columnar cache measured slower than that (benchmarks/README.md,
@@ -220,7 +224,8 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile,
     rows = _joined_rows(pairs)
     if rules.join_null_keys_reach_join:  # 3.7+: an outer side forwards a null-key record at once (step 2)
         rows = rows.unionByName(_non_joined(recs.where(F.col("key").isNull() & F.col("value").isNotNull()
-                                                       & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner))
+                                                       & F.col("_outer")), F.col("seq"), IMMEDIATE, joiner,
+                                            beside=beside))
     incomplete = None
     if sides:
         flags = functools.reduce(DataFrame.unionByName, [_outer_flags(candidates, joinable, side, w) for side in sides])
@@ -238,7 +243,7 @@ def join(op: OperatorSpec, ordered: DataFrame, st: str, rules: versions.Profile,
             incomplete = kernel.where(F.col("out_seq").isNull()).select("ts", "task", "seq")
             cached += (kernel,)
         rows = rows.unionByName(_non_joined(_with_values(joinable, functools.reduce(DataFrame.unionByName, picked)),
-                                            F.col("_out_seq"), F.col("_phase"), joiner, F.col("_idx")))
+                                            F.col("_out_seq"), F.col("_phase"), joiner, F.col("_idx"), beside))
     # refused by its store and found nothing on arrival: no effect at all (an outer side still gives a row)
     # from the records as they lie: a filter of the (task, key) exchange would shuffle every record for a few
     refused = recs.where(F.col("key").isNotNull() & F.col("value").isNotNull() & F.col("_refused") & ~F.col("_outer"))
@@ -279,6 +284,7 @@ def _records(ordered: DataFrame, op: OperatorSpec, st: str, w: JoinWindows) -> D
     ahead = F.when(side == LEFT, F.lit(w.after)).otherwise(F.lit(w.before))
     outer = side.isin(*outer_sides(spec)) if outer_sides(spec) else F.lit(False)
     origin = ["_origin"] if "_origin" in ordered.columns else []  # a re-keyed join names its input records
+    origin += [BESIDE_VALUE] if BESIDE_VALUE in ordered.columns else []
     return ordered.where(F.col("source").isin(left, right) & F.col("_drop").isNull()).select(
         "task", "seq", "source", "topic", "partition", "offset", *origin, "key", "value", "ts", "timestamp",
         side.alias("_side"), outer.alias("_outer"), F.col(st).alias("_stj"), own.alias("_sst_own"),
@@ -305,7 +311,8 @@ def bucketed(left: DataFrame, right: DataFrame, w: JoinWindows, wide: bool = Fal
     and the equi-join condition on (task, key, bucket): the candidates a range join evaluates."""
     width = _bucket_width(w)
     cols = ["task", "key", "seq", "ts", "_sst_other", *extra] + (
-        ["value", "timestamp", "topic", "partition", "offset"] if wide else [])
+        ["value", "timestamp", "topic", "partition", "offset"] if wide else []) + (
+        [BESIDE_VALUE] if wide and BESIDE_VALUE in left.columns else [])
     # a left row covers both processors' ranges: [0 if ts == 0 else max(0, ts - before), max(0, ts + after)]
     lo = F.when(F.col("ts") == 0, F.lit(0)).otherwise(F.greatest(F.lit(0), F.col("ts") - F.lit(w.before)))
     hi = F.greatest(F.lit(0), F.col("ts") + F.lit(w.after))
@@ -339,12 +346,22 @@ def _visible(w: JoinWindows, direction: str) -> Column:
     return {"both": left_later | right_later, "left_later": left_later, "right_later": right_later}[direction]
 
 
-def _side_struct(prefix: str) -> Column:
-    """The joiner's view of one side of a pair (left.* / right.*)."""
-    return F.struct(*[F.col(f"{prefix}{c}").alias(c) for c in JOINER_FIELDS])
+def _side_struct(prefix: str, beside: bool = False) -> Column:
+    """The joiner's view of one side of a pair (left.* / right.*); `beside`: the side whose value is in
+    BESIDE_VALUE."""
+    return F.struct(*[F.col(f"{prefix}{BESIDE_VALUE if c == 'value' and beside else c}").alias(c)
+                      for c in JOINER_FIELDS])
 
 
-def _pair_values(candidates: DataFrame, joiner: str) -> DataFrame:
+def _beside_side(op: OperatorSpec, recs: DataFrame) -> int | None:
+    """The side whose value is in BESIDE_VALUE (the source beside an operator's rows, §18.9), or None."""
+    if BESIDE_VALUE not in recs.columns:
+        return None
+    left, _ = join_streams(op)
+    return LEFT if op.reads_source(left) else RIGHT
+
+
+def _pair_values(candidates: DataFrame, joiner: str, beside: int | None = None) -> DataFrame:
     """The range join's rows narrowed to what the flags and the joined rows read: both records' seq, the left
     one's flag columns, and for a visible pair its output (the joiner's value, the later timestamp and seq)
     and its fetch order (10.2 step 5: the earlier record's ts, then its arrival).
@@ -355,8 +372,8 @@ def _pair_values(candidates: DataFrame, joiner: str) -> DataFrame:
     pair = F.col("r_seq").isNotNull()
     flags = [c for c in ("l_ts", "l__stj") if c in candidates.columns]
     return candidates.select(
-        "l_task", "l_key", "l_seq", "r_seq", *flags, _side_struct("l_").alias("left"),
-        _side_struct("r_").alias("right"), F.greatest("l_ts", "r_ts").alias("_pts"),
+        "l_task", "l_key", "l_seq", "r_seq", *flags, _side_struct("l_", beside == LEFT).alias("left"),
+        _side_struct("r_", beside == RIGHT).alias("right"), F.greatest("l_ts", "r_ts").alias("_pts"),
         F.greatest("l_seq", "r_seq").alias("_out_seq"),
         F.when(left_later, F.col("r_ts")).otherwise(F.col("l_ts")).alias("_e_ts"),
         F.least("l_seq", "r_seq").alias("_e_seq")).select(
@@ -374,15 +391,16 @@ def _joined_rows(pairs: DataFrame) -> DataFrame:
     return rows.withColumn("_idx", (F.row_number().over(order) - 1).cast("long")).drop("_e_ts", "_e_seq")
 
 
-def _non_joined(recs: DataFrame, out_seq: Column, phase: int | Column, joiner: str, idx: Column | None = None
-                ) -> DataFrame:
+def _non_joined(recs: DataFrame, out_seq: Column, phase: int | Column, joiner: str, idx: Column | None = None,
+                beside: int | None = None) -> DataFrame:
     """Single-record results: the joiner of the record on its side and null on the other, its own timestamp (11)."""
-    this = F.struct(*[F.col(c).alias(c) for c in JOINER_FIELDS])
+    this = {side: F.struct(*[F.col(BESIDE_VALUE if c == "value" and side == beside else c).alias(c)
+                             for c in JOINER_FIELDS]) for side in (LEFT, RIGHT)}
     phase = phase if isinstance(phase, Column) else F.lit(phase)
-    none = F.lit(None).cast(recs.select(this.alias("s")).schema["s"].dataType)
+    none = {side: F.lit(None).cast(recs.select(this[side].alias("s")).schema["s"].dataType) for side in this}
     return recs.select(
-        "task", "key", F.when(F.col("_side") == LEFT, this).otherwise(none).alias("left"),
-        F.when(F.col("_side") == RIGHT, this).otherwise(none).alias("right"), "ts",
+        "task", "key", F.when(F.col("_side") == LEFT, this[LEFT]).otherwise(none[LEFT]).alias("left"),
+        F.when(F.col("_side") == RIGHT, this[RIGHT]).otherwise(none[RIGHT]).alias("right"), "ts",
         out_seq.cast("long").alias("_out_seq"), phase.alias("_phase"),
         (idx if idx is not None else F.lit(0)).cast("long").alias("_idx")).select(
         "task", "key", F.expr(joiner).alias("value"), "ts", "_out_seq", "_phase", "_idx")

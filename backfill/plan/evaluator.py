@@ -31,7 +31,7 @@ from backfill.io.sinks import Staged, discard, stage_output
 from backfill.io.sources import read_source
 from backfill.ledger import CONFLICTING_OFFSET, INVALID_TIMESTAMP, UNREADABLE, ledger_rows
 from backfill.ops.base import Operator, OperatorCounts, OperatorResult
-from backfill.ops.join import STRIDE as JOIN_STRIDE, as_processed
+from backfill.ops.join import BESIDE_VALUE, STRIDE as JOIN_STRIDE, as_processed
 from backfill.jobspec.models import OperatorSpec
 from backfill.jobspec.rekeys import copied, rekeys, stream_name, subtopologies
 from backfill.ops.repartition import as_is, partitions_of, repartition
@@ -301,15 +301,33 @@ def _chain_ordered(stage: Plan, records: DataFrame, ordered: DataFrame, summary:
 
 def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame, specs: list[OperatorSpec],
              path: str) -> DataFrame:
-    """A stream-table join in the tasks of the operator it reads: its source's records in their tasks' order,
-    beside the operator's rows placed where the record that made each was processed. The operator is its table
-    (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a join's or a table
-    aggregate's rows, §18.8: each at the seq of the record whose processing forwarded it, `_pos` its place among
-    that record's rows). The table's value goes in a column of its own. Both are in one task order already:
-    nothing is sorted again."""
+    """A join in the tasks of the operator it reads: its source's records in their tasks' order, beside the
+    operator's rows placed where the record that made each was processed. For a stream-table join the operator
+    is its table (a table aggregate, docs/semantics.md §18.7: ops/chained.py as_table) or its stream (a join's or
+    a table aggregate's rows, §18.8: each at the seq of the record whose processing forwarded it, `_pos` its place
+    among that record's rows), the table's value in a column of its own; for a stream-stream join one side
+    (§18.9: a stream-table join's or a table aggregate's rows, one per record at most, so each has the seq of its
+    record), with the join's stream times over both. Both are in one task order already: nothing is sorted
+    again."""
     assert op.spec is not None and op.spec.join is not None
     # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
     source = ordered.where((F.col("source") == beside_source(op.spec, specs)) & F.col("_drop").isNull())
+    if op.spec.join.table is None:  # a stream-stream join: the rows one side, the source as it is the other
+        stride = 1 if up.join is None else TABLE_JOIN_STRIDE  # at most one row per record, at once (§18.9)
+        stream = forwarded(up, rows, stride=stride)
+        filters.check_types(op.spec, stream, path)
+        if stream.schema["key"].dataType != source.schema["key"].dataType:
+            stream, source = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, source))
+        rows_type = stream.schema["value"].dataType
+        if source.schema["value"].dataType != rows_type:  # the source's own value beside the rows' (a count's
+            # struct beside a plain value): `value` only says whether it has one
+            source = source.withColumn(BESIDE_VALUE, F.col("value")).withColumn(
+                "value", F.when(F.col("value").isNotNull(), _placeholder(rows_type, op.name)))
+        both = stream.unionByName(source, allowMissingColumns=True)
+        # its own stream times over what reaches it, in the task's order (a row at the seq of its record)
+        running = Window.partitionBy("task").orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        return both.select("*", *[F.max(F.when(reaches, F.col("ts"))).over(running).alias(name)
+                                  for name, reaches in op.stream_time_columns().items()])
     if op.spec.join.table == up.name:
         stream = source
         table = as_table(up, rows, source.schema["value"].dataType.simpleString())
@@ -327,6 +345,16 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
     if stream.schema["key"].dataType != table.schema["key"].dataType:  # one key serde (checked): as text
         stream, table = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, table))
     return stream.unionByName(table, allowMissingColumns=True)
+
+
+def _placeholder(kind: T.DataType, operator: str) -> Column:
+    """A value of type `kind` that is not null (BESIDE_VALUE holds the record's real one)."""
+    if isinstance(kind, T.StructType):
+        return F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in kind.fields])
+    if isinstance(kind, (T.StringType, T.NumericType, T.BooleanType, T.BinaryType)):
+        return F.lit("0").cast(kind)
+    raise SpecError(f"operators.{operator}.join: the rows it reads have values of type {kind.simpleString()}, "
+                    "which cannot sit beside its source's values; give the upstream's joiner a string or a struct")
 
 
 def _counted_inputs(plan: Plan, spec: OperatorSpec) -> list[str]:

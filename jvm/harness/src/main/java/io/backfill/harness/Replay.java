@@ -95,7 +95,7 @@ import org.apache.kafka.streams.test.TestRecord;
  *                       fold of p (ours), or tomb (a fold of p whose step gives null when p is z: a delete);
  *                       filter as for tjoin, over the p of the value
  *   S id agg ... [aggregator [retention [filter]]]   a window aggregate after KStream#filter, as for tjoin
- *   S id chain up(tjoin|sjoin|agg|sess|slide|rtjoin|atjoin|atself|ttjoin|ajoin|sjt) how size advance grace before after joingrace   an operator reading
+ *   S id chain up(tjoin|sjoin|agg|sess|slide|rtjoin|atjoin|atself|ttjoin|ajoin|sjt|tsj|asj) how size advance grace before after joingrace   an operator reading
  *                       what another forwards, in one task (Topologies#chain); how, before, after, joingrace: the join's
  *                       (up agg, sess, slide: how is -, suppress or close, the upstream's emit; size the gap or
  *                       time difference)
@@ -241,7 +241,7 @@ public final class Replay {
             TestInputTopic<String, String> right = twoTopics ? driver.createInputTopic("right", ser, ser) : null;
             // a chain rtjoin's or ttjoin's second table (records T)
             TestInputTopic<String, String> third = s[2].equals("chain")
-                && (s[3].equals("rtjoin") || s[3].equals("ttjoin") || s[3].equals("sjt"))
+                && (s[3].equals("rtjoin") || s[3].equals("ttjoin") || s[3].equals("sjt") || s[3].equals("tsj"))
                 ? driver.createInputTopic("third", ser, ser) : null;
             TestOutputTopic<String, String> output =
                 driver.createOutputTopic("out", new StringDeserializer(), new StringDeserializer());

@@ -151,6 +151,10 @@ final class Topologies {
             aggregateStreamJoin(builder, left, how);
             return;
         }
+        if (up.equals("tsj") || up.equals("asj")) {
+            streamJoinInTask(builder, left, up.equals("asj"), how, before, after, joinGrace);
+            return;
+        }
         KStream<String, String> joined;
         if (up.equals("tjoin")) {
             KTable<String, String> table = plainTable(builder, "right", "table");
@@ -267,6 +271,43 @@ final class Topologies {
         KStream<String, String> joined = how.equals("left") ? updates.leftJoin(regions, joiner, with)
             : updates.join(regions, joiner, with);
         joined.map((k, v) -> KeyValue.pair(k + "\t-\t-", v))
+            .to("out", Produced.with(Serdes.String(), Serdes.String()));
+    }
+
+    /**
+     * A chain "tsj" or "asj": a stream-stream join (how: inner|left|outer; before, after, grace) one of whose sides is
+     * another operator's rows, as they are, in the same task. tsj: stream "left" (values n,p) inner-joined with table
+     * "right" (regions), value p|region, joined with stream "third". asj: stream "left" grouped by key and aggregated
+     * (count|fold of the values, caching off), every update (KTable#toStream) joined with stream "right". Value
+     * row|other ("-" for a side without a record). Output key: key \t - \t - (a null key as the harness writes it).
+     */
+    private static void streamJoinInTask(StreamsBuilder builder, KStream<String, String> left, boolean aggregate,
+                                         String how, long before, long after, long joinGrace) {
+        KStream<String, String> rows;
+        KStream<String, String> other;
+        if (aggregate) {
+            rows = left.groupByKey(Grouped.with(Serdes.String(), Serdes.String()))
+                .aggregate(() -> "0|", (k, v, acc) -> fold(acc, v),
+                    Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("counts")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String()).withCachingDisabled())
+                .toStream();
+            other = builder.stream("right", Consumed.with(Serdes.String(), Serdes.String()));
+        } else {
+            rows = left.join(plainTable(builder, "right", "table"), (l, r) -> l.split(",", -1)[1] + "|" + r,
+                Joined.with(Serdes.String(), Serdes.String(), Serdes.String()));
+            other = builder.stream("third", Consumed.with(Serdes.String(), Serdes.String()));
+        }
+        JoinWindows windows = JoinWindows.ofTimeDifferenceAndGrace(Duration.ofMillis(after),
+            Duration.ofMillis(joinGrace)).before(Duration.ofMillis(before));
+        ValueJoiner<String, String, String> joiner = (l, r) -> (l == null ? "-" : l) + "|" + (r == null ? "-" : r);
+        StreamJoined<String, String, String> with = StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String());
+        KStream<String, String> joined = switch (how) {
+            case "inner" -> rows.join(other, joiner, windows, with);
+            case "left" -> rows.leftJoin(other, joiner, windows, with);
+            case "outer" -> rows.outerJoin(other, joiner, windows, with);
+            default -> throw new IllegalArgumentException("unknown join: " + how);
+        };
+        joined.map((k, v) -> KeyValue.pair((k == null ? "\\N" : k) + "\t-\t-", v))
             .to("out", Produced.with(Serdes.String(), Serdes.String()));
     }
 

@@ -261,8 +261,11 @@ def _run_chained(plan: Plan, ordered: DataFrame, results: dict[str, OperatorResu
         rows = {**results, **done}[up.name].forwarded_rows()
         stage = dataclasses.replace(plan, sources=(), operators=(op,))
         summary.chained[op.name] = {"from": up.name, "records": 0, "forwarded": rows.count()}
-        if in_task(spec, specs):  # in the upstream's tasks, beside a source (§18.7, §18.8)
-            chained = _in_task(op, up, rows, ordered, specs, str(plan.job.path))
+        if in_task(spec, specs):  # in the upstream's tasks, beside a source (§18.7-§18.9)
+            # stored once, as an ordered chain is (_chain_ordered): the operator reads it several times (a
+            # stream-stream join: its pairs, flags, outer store and expired rows), each a run of the upstream
+            chained = _in_task(op, up, rows, ordered, specs, str(plan.job.path)).localCheckpoint(eager=False)
+            stored.append(chained)
         else:
             records = forwarded(up, rows)
             filters.check_types(spec, records, str(plan.job.path))  # over what it reads: the forwarded rows

@@ -316,11 +316,9 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
     # what its source dropped (unreadable, an invalid timestamp) never reaches it: counted by the sources' pass
     source = ordered.where((F.col("source") == beside_source(op.spec, specs)) & F.col("_drop").isNull())
     if op.spec.join.table is None:  # a stream-stream join: the rows one side, the source as it is the other
-        stride = 1 if up.join is None else TABLE_JOIN_STRIDE  # at most one row per record, at once (§18.9)
-        stream = forwarded(up, rows, stride=stride)
+        stream = _at_their_records(up, rows)
         filters.check_types(op.spec, stream, path)
-        if stream.schema["key"].dataType != source.schema["key"].dataType:
-            stream, source = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, source))
+        stream, source = _one_key_type(stream, source)
         rows_type = stream.schema["value"].dataType
         if source.schema["value"].dataType != rows_type:  # the source's own value beside the rows' (a count's
             # struct beside a plain value): `value` only says whether it has one
@@ -335,19 +333,31 @@ def _in_task(op: Operator, up: OperatorSpec, rows: DataFrame, ordered: DataFrame
         stream = source
         table = as_table(up, rows, source.schema["value"].dataType.simpleString())
     else:
-        # the place of the record that forwarded each row: a join's emit_seq is seq * its STRIDE + the row's place,
-        # an aggregate's the seq itself (one update per record)
-        stride = 1 if up.join is None else TABLE_JOIN_STRIDE if up.join.table is not None else JOIN_STRIDE
-        stream = forwarded(up, rows, stride=stride)
-        if stride == JOIN_STRIDE:  # a stream-stream join forwards several rows at one record
-            place = Window.partitionBy("task", "seq").orderBy("offset")
-            stream = stream.withColumn("_pos", (F.row_number().over(place) - 1).cast("long"))
+        stream = _at_their_records(up, rows)
         table = source.withColumn(TABLE_VALUE, F.col("value")) \
             .withColumn("value", F.lit(None).cast(stream.schema["value"].dataType))
     filters.check_types(op.spec, stream, path)
-    if stream.schema["key"].dataType != table.schema["key"].dataType:  # one key serde (checked): as text
-        stream, table = (df.withColumn("key", F.col("key").cast("string")) for df in (stream, table))
+    stream, table = _one_key_type(stream, table)
     return stream.unionByName(table, allowMissingColumns=True)
+
+
+def _at_their_records(up: OperatorSpec, rows: DataFrame) -> DataFrame:
+    """The rows `up` forwarded, each at the seq of the record whose processing forwarded it (§18.8, §18.9): a
+    join's emit_seq is seq * its STRIDE + the row's place, an aggregate's the seq itself (one update per record);
+    `_pos` numbers the rows a stream-stream join forwards at one record."""
+    stride = 1 if up.join is None else TABLE_JOIN_STRIDE if up.join.table is not None else JOIN_STRIDE
+    stream = forwarded(up, rows, stride=stride)
+    if stride == JOIN_STRIDE:
+        place = Window.partitionBy("task", "seq").orderBy("offset")
+        stream = stream.withColumn("_pos", (F.row_number().over(place) - 1).cast("long"))
+    return stream
+
+
+def _one_key_type(a: DataFrame, b: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Two frames of one task with one key serde (checked): keys of different column types as text."""
+    if a.schema["key"].dataType == b.schema["key"].dataType:
+        return a, b
+    return a.withColumn("key", F.col("key").cast("string")), b.withColumn("key", F.col("key").cast("string"))
 
 
 def _placeholder(kind: T.DataType, operator: str) -> Column:

@@ -282,6 +282,10 @@ def conformance(
         engine: Annotated[str, typer.Option("--engine", help="spark, reference or both.")] = "both",
         failures: Annotated[Path, typer.Option("--failures", help="Where differing scenarios are written, "
                                                                   "shrunk, as job folders.")] = Path("conformance-failures"),
+        where: Annotated[list[str] | None, typer.Option(
+            "--where", help="FIELD=V1,V2: only the drawn scenarios whose configuration's FIELD is one of the "
+                            "values, e.g. how=inner,suppress (repeatable; every one must hold; the fields: "
+                            "docs/job-spec.md, Conformance).")] = None,
         profile: ProfileOpt = None, as_json: JsonOpt = False) -> None:
     """Run random adversarial scenarios through backfill's engines and the real engine (Kafka Streams, Flink for
     rules); exit 1 on any difference."""
@@ -303,6 +307,14 @@ def conformance(
             raise SpecError(f"--engine {engine!r}: use spark, reference or both")
         if scenarios < 1:
             raise SpecError(f"--scenarios {scenarios}: give at least 1")
+        selected: dict[str, set[str]] = {}
+        for clause in where or []:
+            name, eq, values = clause.partition("=")
+            if not eq or not name.strip() or not values.strip():
+                raise SpecError(f"--where {clause!r}: write FIELD=VALUE[,VALUE...], e.g. how=inner,suppress")
+            selected[name.strip()] = {v.strip() for v in values.split(",")}
+        if selected and any(k in ("order", "rules") for k in kinds):
+            raise SpecError("--where: selects configurations of the Kafka Streams operator kinds, not order or rules")
         chosen = kafka_streams or versions()
         for version in (chosen or ["(none)"]) if any(k != "rules" for k in kinds) else []:
             check_version(version)
@@ -333,7 +345,7 @@ def conformance(
                                            progress=progress)) for v in chosen]
                     continue
                 rows += run_kind(kind, scenarios, seed, chosen, engines, run_ours, Path(work), failures,
-                                 progress=progress)
+                                 progress=progress, where=selected)
         differing = sum(len(r.differences) for _, r in rows)
         if as_json:
             print(json.dumps({"seed": seed, "results": [{"kafka_streams": v, **r.to_dict()} for v, r in rows],

@@ -170,7 +170,10 @@ def test_wrong_options_are_one_line_errors() -> None:
     for args, message in ((["--operator", "hopping"], "--operator 'hopping': conformance covers aggregate, session, "
                                                       "sliding, join"),
                           (["--engine", "flink"], "--engine 'flink': use spark, reference or both"),
-                          (["--scenarios", "0"], "--scenarios 0: give at least 1")):
+                          (["--scenarios", "0"], "--scenarios 0: give at least 1"),
+                          (["--where", "how"], "--where 'how': write FIELD=VALUE[,VALUE...], e.g. how=inner,suppress"),
+                          (["--operator", "rules", "--where", "how=inner"], "--where: selects configurations of the "
+                                                                             "Kafka Streams operator kinds")):
         result = cli(*args)
         assert result.exit_code == 2 and message in result.stderr, result.output
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from backfill.cli import app
 from backfill.conformance import check, harness, topologies
+from backfill.conformance.scenarios import drawn
 
 pytestmark = [pytest.mark.jvm, pytest.mark.slow]
 # the current line, the last 3.x, 3.6 (versioned tables and a join grace, null keys before KIP-962) and 3.4
@@ -50,12 +51,21 @@ def test_reference_engine_agrees_with_kafka_streams(kind: str, tmp_path: Path) -
 @pytest.mark.parametrize("kind,count", [("table", 24), ("table_join", 36), ("filter", 16), ("chain", 46),
                                         ("invalid", 12)])
 def test_spark_engine_agrees_with_kafka_streams_through_the_cli(tmp_path: Path, kind: str, count: int) -> None:
+    # chains: one variant of every upstream (19 of the 46 configurations, each an operator pair of its own); the
+    # other variants' Spark rows equal the reference engine's in tests/test_chain_properties.py, and the reference
+    # engine's are judged on every configuration above
+    where = ["--where", "how=inner,suppress"] if kind == "chain" else []
     result = CliRunner().invoke(app, ["conformance", "--operator", kind, "--scenarios", str(count), "--seed", "11",
-                                      "--engine", "spark", "--kafka-streams", "4.4.0", "--json",
+                                      "--engine", "spark", "--kafka-streams", "4.4.0", "--json", *where,
                                       "--failures", str(tmp_path / "failures")])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout[result.stdout.index("{"):])
-    assert [(r["operator"], r["agreeing"]) for r in report["results"]] == [(kind, {"spark": count})]
+    judged = {"chain": 19}.get(kind, count)
+    assert [(r["operator"], r["agreeing"]) for r in report["results"]] == [(kind, {"spark": judged})]
+    if kind == "chain":  # the sample has every upstream
+        sample = drawn("chain", count, 11, lambda c: c["how"] in ("inner", "suppress"))
+        assert len(sample) == judged and {sc.config["up"] for sc in sample} == \
+            {c["up"] for c in topologies.configs("chain")}
 
 
 def test_a_chain_read_in_timestamp_order_instead_of_as_forwarded_is_caught(monkeypatch: pytest.MonkeyPatch,
@@ -117,3 +127,15 @@ def test_an_invalid_timestamp_policy_the_application_does_not_have_is_caught(mon
     [(_, r)] = check.run_kind("invalid", 60, SEED, ["4.4.0"], ("reference",), None, tmp_path, None)
     assert 0 < len(r.differences) < r.scenarios
     assert {d.scenario.config["policy"] for d in r.differences} == {"skip", "pt"}
+
+
+def test_where_judges_only_the_configurations_it_names(tmp_path: Path) -> None:
+    """`--where FIELD=V1,V2`: the drawn scenarios of those configurations alone, renumbered, every one judged."""
+    result = CliRunner().invoke(app, ["conformance", "--operator", "chain", "--scenarios", "46", "--seed", "3",
+                                      "--engine", "reference", "--kafka-streams", "4.4.0", "--json",
+                                      "--where", "up=agg,sjt", "--where", "how=close,outer",
+                                      "--failures", str(tmp_path / "failures")])
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout[result.stdout.index("{"):])["results"]
+    # agg: 3 windows closed by `close`; sjt: its outer variant
+    assert (row["scenarios"], row["agreeing"]) == (4, {"reference": 4})

@@ -29,7 +29,7 @@ from typing import Any
 
 from backfill.conformance import topologies
 from backfill.conformance.harness import Judged, judge
-from backfill.conformance.scenarios import Scenario, generate, write_job
+from backfill.conformance.scenarios import Scenario, drawn, generate, write_job
 from backfill.jobspec import versions as ks_versions
 from backfill.jobspec.rekeys import NOT_REPARTITIONED
 from backfill.ops.table_join import STRIDE as TABLE_JOIN_STRIDE
@@ -298,12 +298,15 @@ def spark_summary(job: Path, execute: Execute) -> dict[str, Any]:
 
 def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tuple[str, ...],
              execute: Execute | None, work: Path, repro_dir: Path | None,
-             progress: Callable[[str], None] = lambda _: None) -> list[tuple[str, KindResult]]:
+             progress: Callable[[str], None] = lambda _: None,
+             where: dict[str, set[str]] | None = None) -> list[tuple[str, KindResult]]:
     """Draw `count` scenarios of one kind, run our engines once, judge with every Kafka Streams version.
 
+    `where`: only the drawn scenarios whose configuration has, for each field, one of the values (as text).
     The first differences of each engine are shrunk and written as job folders under `repro_dir`.
     """
-    scenarios = generate(kind, count, seed)
+    scenarios = generate(kind, count, seed) if not where else drawn(
+        kind, count, seed, lambda c: all(str(c.get(k)) in values for k, values in where.items()))
     records = sum(len(sc.records) for sc in scenarios)
     if "spark" in engines and execute is None:
         raise ValueError("the Spark engine needs an executor")

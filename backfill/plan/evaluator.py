@@ -446,7 +446,7 @@ def _run_operators(plan: Plan, spark: SparkSession, ordered: DataFrame, summary:
                                    summary.operators[op.name]) for op in first.operators}
         results.update(_run_chained(plan, ordered, results, summary, stored if stored is not None else []))
     # the ledger is small (late records only) and read three times: count, check, write
-    ledger = _ledger(dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
+    ledger = _ledger(spark, dropped, results).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         late_rows = _check_ledger(plan, ledger, summary)
         if intervals is not None:
@@ -860,14 +860,18 @@ def _ledger_candidates(plan: Plan) -> Column:
     return functools.reduce(lambda a, b: a | b, extra, F.col("_drop").isNotNull() | F.col("key").isNull())
 
 
-def _ledger(processed: DataFrame, results: dict[str, OperatorResult]) -> DataFrame:
+def _ledger(spark: SparkSession, processed: DataFrame, results: dict[str, OperatorResult]) -> DataFrame:
+    """Every ledger row of the run: the sources' unreadable records and each operator's, in as many partitions
+    as a shuffle makes. The union of a many-operator plan's ledgers has the partitions of all of them (1,458 for
+    80 operators), each a Spark task of a few rows: read together, they are a handful of tasks."""
     dropped = processed.where(F.col("_drop").isNotNull())
     reason = F.when(F.col("_drop").startswith("unreadable"), F.lit(UNREADABLE)) \
         .when(F.col("_drop") == CONFLICTING_OFFSET, F.lit(CONFLICTING_OFFSET)).otherwise(F.lit(INVALID_TIMESTAMP))
     detail = F.concat_ws(" in ", F.col("_problem"), F.col("_where.file"))
     source_rows = ledger_rows(dropped, reason=reason, detail=detail, timestamp=F.col("_raw_ts"),
                               stream_time=F.col("_partition_time"), range_time=F.col("_partition_time"))
-    return functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
+    union = functools.reduce(DataFrame.unionByName, [source_rows, *[r.ledger for r in results.values()]])
+    return union.coalesce(int(spark.conf.get("spark.sql.shuffle.partitions") or 8))
 
 
 def _check_ledger(plan: Plan, ledger: DataFrame, summary: RunSummary) -> dict[str, int]:

@@ -139,3 +139,12 @@ def test_where_judges_only_the_configurations_it_names(tmp_path: Path) -> None:
     [row] = json.loads(result.stdout[result.stdout.index("{"):])["results"]
     # agg: 3 windows closed by `close`; sjt: its outer variant
     assert (row["scenarios"], row["agreeing"]) == (4, {"reference": 4})
+
+
+def test_where_that_selects_nothing_says_which_fields_there_are(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["conformance", "--operator", "chain", "--scenarios", "46", "--engine",
+                                      "reference", "--kafka-streams", "4.4.0", "--where", "upstream=agg",
+                                      "--failures", str(tmp_path / "failures")])
+    assert result.exit_code == 2, result.output
+    assert "--where: none of the 46 drawn chain scenarios has upstream in agg; its configurations' fields: " \
+           "advance, after, before" in result.stderr

@@ -307,6 +307,13 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
     """
     scenarios = generate(kind, count, seed) if not where else drawn(
         kind, count, seed, lambda c: all(str(c.get(k)) in values for k, values in where.items()))
+    if not scenarios:
+        from backfill.errors import SpecError
+
+        said = " and ".join(f"{k} in {','.join(sorted(v))}" for k, v in (where or {}).items())
+        fields = sorted({k for sc in generate(kind, count, seed) for k in sc.config})
+        raise SpecError(f"--where: none of the {count} drawn {kind} scenarios has {said}; its configurations' "
+                        f"fields: {', '.join(fields)}")
     records = sum(len(sc.records) for sc in scenarios)
     if "spark" in engines and execute is None:
         raise ValueError("the Spark engine needs an executor")

@@ -30,6 +30,7 @@ from typing import Any
 from backfill.conformance import topologies
 from backfill.conformance.harness import Judged, judge
 from backfill.conformance.scenarios import Scenario, drawn, generate, write_job
+from backfill.errors import SpecError
 from backfill.jobspec import versions as ks_versions
 from backfill.jobspec.rekeys import NOT_REPARTITIONED
 from backfill.ops.table_join import STRIDE as TABLE_JOIN_STRIDE
@@ -308,8 +309,6 @@ def run_kind(kind: str, count: int, seed: int, versions: list[str], engines: tup
     scenarios = generate(kind, count, seed) if not where else drawn(
         kind, count, seed, lambda c: all(str(c.get(k)) in values for k, values in where.items()))
     if not scenarios:
-        from backfill.errors import SpecError
-
         said = " and ".join(f"{k} in {','.join(sorted(v))}" for k, v in (where or {}).items())
         fields = sorted({k for sc in generate(kind, count, seed) for k in sc.config})
         raise SpecError(f"--where: none of the {count} drawn {kind} scenarios has {said}; its configurations' "
